@@ -1,0 +1,124 @@
+package v1
+
+import "k8s.io/utils/ptr"
+
+// The Default methods fill exactly the fields the CRD schema defaults (the +kubebuilder:default
+// markers), so an object decoded from a file behaves as the API server would store it. A test
+// in the envtest suite compares the two.
+
+// Default fills schema defaults of a KVCacheBackend.
+func (b *KVCacheBackend) Default() {
+	s := &b.Spec
+	if s.Type == "" {
+		s.Type = BackendTypeMooncake
+	}
+	if s.Transport.Protocol == "" {
+		s.Transport.Protocol = ProtocolAuto
+	}
+	m := s.Connection.Managed
+	if m == nil {
+		return
+	}
+	l := &m.Leader
+	if l.Replicas == nil {
+		l.Replicas = ptr.To[int32](1)
+	}
+	if l.ElectionBackend == "" {
+		l.ElectionBackend = ElectionKubernetes
+	}
+	if l.MemberAddressing == "" {
+		l.MemberAddressing = AddressingService
+	}
+	if l.MultiTenancy == nil {
+		l.MultiTenancy = ptr.To(true)
+	}
+	if l.AllocationStrategy == "" {
+		l.AllocationStrategy = AllocationFreeRatioFirst
+	}
+	for i := range m.Members {
+		g := &m.Members[i]
+		if g.Medium == "" {
+			g.Medium = MediumDRAM
+		}
+		if g.FabricInterfaceCount == nil {
+			g.FabricInterfaceCount = ptr.To[int32](1)
+		}
+		if g.Transport != nil && g.Transport.Protocol == "" {
+			g.Transport.Protocol = ProtocolAuto
+		}
+	}
+}
+
+// Default fills schema defaults of a KVCachePoolBinding.
+func (b *KVCachePoolBinding) Default() {
+	if b.Spec.Domain.Name == "" {
+		b.Spec.Domain.Name = DefaultDomainName
+	}
+}
+
+// Default fills schema defaults of a ModelDeployment.
+func (d *ModelDeployment) Default() {
+	for i := range d.Spec.Roles {
+		r := &d.Spec.Roles[i]
+		if r.Kind == "" {
+			r.Kind = RoleServer
+		}
+		if r.Replicas == nil {
+			r.Replicas = ptr.To[int32](1)
+		}
+	}
+}
+
+// Default does nothing: a KVCachePool has no schema defaults. It exists so every kind of this
+// API can be defaulted the same way.
+func (p *KVCachePool) Default() {}
+
+// Default does nothing: an InstanceType has no schema defaults.
+func (t *InstanceType) Default() {}
+
+// Default does nothing: a Setting has no schema defaults.
+func (s *Setting) Default() {}
+
+// Electing reports whether the leader replicas elect through a Lease.
+func (l *Leader) Electing() bool {
+	return l.ElectionBackend != ElectionNone
+}
+
+// MultiTenancyEnabled reports whether the master keeps a tenant quota ledger (default true).
+func (l *Leader) MultiTenancyEnabled() bool {
+	return l.MultiTenancy == nil || *l.MultiTenancy
+}
+
+// ReplicaCount is the leader replica count (default 1).
+func (l *Leader) ReplicaCount() int32 {
+	if l.Replicas == nil {
+		return 1
+	}
+	return *l.Replicas
+}
+
+// EffectiveProtocol is the API protocol a member group offers: its own override, else the
+// backend's, else Auto.
+func (b *KVCacheBackend) EffectiveProtocol(group int) TransportProtocol {
+	if m := b.Spec.Connection.Managed; m != nil && group < len(m.Members) {
+		if t := m.Members[group].Transport; t != nil && t.Protocol != "" {
+			return t.Protocol
+		}
+	}
+	if b.Spec.Transport.Protocol != "" {
+		return b.Spec.Transport.Protocol
+	}
+	return ProtocolAuto
+}
+
+// StoreImage resolves the image of member group i (i < 0: the leader): the group's own image,
+// then spec.image, then the Setting kv-cache-backend-image's value. "" means none resolves.
+func (b *KVCacheBackend) StoreImage(group int, setting string) string {
+	if m := b.Spec.Connection.Managed; m != nil && group >= 0 && group < len(m.Members) && m.Members[group].Image != "" {
+		return m.Members[group].Image
+	}
+	if b.Spec.Image != "" {
+		return b.Spec.Image
+	}
+	return setting
+}

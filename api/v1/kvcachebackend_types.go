@@ -1,0 +1,398 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackendType names the store implementation behind a KVCacheBackend.
+// +kubebuilder:validation:Enum=Mooncake
+type BackendType string
+
+// BackendTypeMooncake is the Mooncake store, the only implementation today.
+const BackendTypeMooncake BackendType = "Mooncake"
+
+// TransportProtocol is the API spelling of a transfer-engine protocol. The store spells each
+// differently (see StoreSpelling): users write the API value, engines read the store value.
+// +kubebuilder:validation:Enum=Auto;TCP;RDMA;EFA;CANN;ROCM;MUSA;MACA
+type TransportProtocol string
+
+// Transport protocols in their API spelling.
+const (
+	ProtocolAuto TransportProtocol = "Auto"
+	ProtocolTCP  TransportProtocol = "TCP"
+	ProtocolRDMA TransportProtocol = "RDMA"
+	ProtocolEFA  TransportProtocol = "EFA"
+	ProtocolCANN TransportProtocol = "CANN"
+	ProtocolROCM TransportProtocol = "ROCM"
+	ProtocolMUSA TransportProtocol = "MUSA"
+	ProtocolMACA TransportProtocol = "MACA"
+)
+
+// storeSpelling maps each API protocol to the value the store and its clients read.
+// Auto is tcp: it is a default, not a probe.
+var storeSpelling = map[TransportProtocol]string{
+	ProtocolAuto: "tcp",
+	ProtocolTCP:  "tcp",
+	ProtocolRDMA: "rdma",
+	ProtocolEFA:  "efa",
+	ProtocolCANN: "ascend",
+	ProtocolROCM: "hip",
+	ProtocolMUSA: "musa",
+	ProtocolMACA: "maca",
+}
+
+// StoreSpelling returns the store (artifact) spelling of p: tcp, rdma, efa, ascend, hip, musa
+// or maca. An empty protocol is Auto. An unknown protocol returns "".
+func (p TransportProtocol) StoreSpelling() string {
+	if p == "" {
+		p = ProtocolAuto
+	}
+	return storeSpelling[p]
+}
+
+// APIProtocolFor returns the API value that resolves to a store spelling, preferring the
+// explicit value over Auto (tcp -> TCP). It is how a message tells a user what to set.
+func APIProtocolFor(store string) TransportProtocol {
+	for _, p := range []TransportProtocol{ProtocolTCP, ProtocolRDMA, ProtocolEFA, ProtocolCANN, ProtocolROCM, ProtocolMUSA, ProtocolMACA} {
+		if storeSpelling[p] == store {
+			return p
+		}
+	}
+	return ""
+}
+
+// Transport selects the transfer-engine protocol.
+type Transport struct {
+	// Protocol in API spelling. Auto resolves to the store's tcp; it does not probe the fabric.
+	// +kubebuilder:default=Auto
+	// +optional
+	Protocol TransportProtocol `json:"protocol,omitempty"`
+}
+
+// ElectionBackend selects how leader replicas elect the serving master.
+// +kubebuilder:validation:Enum=Kubernetes;None
+type ElectionBackend string
+
+// Election backends.
+const (
+	// ElectionKubernetes elects through a coordination.k8s.io Lease.
+	ElectionKubernetes ElectionBackend = "Kubernetes"
+	// ElectionNone runs a single master with no election.
+	ElectionNone ElectionBackend = "None"
+)
+
+// MemberAddressing selects how members find the serving master.
+// +kubebuilder:validation:Enum=Service;Lease
+type MemberAddressing string
+
+// Member addressing modes.
+const (
+	// AddressingService points members at the leader Service, which only ever has the ready
+	// (serving) leader behind it.
+	AddressingService MemberAddressing = "Service"
+	// AddressingLease makes members read the current Lease holder through the API server.
+	AddressingLease MemberAddressing = "Lease"
+)
+
+// AllocationStrategy selects how the master places new objects on member segments.
+// +kubebuilder:validation:Enum=FreeRatioFirst;Random
+type AllocationStrategy string
+
+// Allocation strategies.
+const (
+	AllocationFreeRatioFirst AllocationStrategy = "FreeRatioFirst"
+	AllocationRandom         AllocationStrategy = "Random"
+)
+
+// Medium is the memory a member group contributes.
+// +kubebuilder:validation:Enum=DRAM;VRAM
+type Medium string
+
+// Media.
+const (
+	MediumDRAM Medium = "DRAM"
+	MediumVRAM Medium = "VRAM"
+)
+
+// EndpointName names a store endpoint.
+// +kubebuilder:validation:Enum=Client;Admin
+type EndpointName string
+
+// Endpoint names.
+const (
+	// EndpointClient is the master RPC address engines and members connect to.
+	EndpointClient EndpointName = "Client"
+	// EndpointAdmin is the master HTTP address serving health, metrics and the tenant ledger.
+	EndpointAdmin EndpointName = "Admin"
+)
+
+// KVCacheBackendSpec declares a KV cache store.
+// +kubebuilder:validation:XValidation:rule="has(self.connection.managed) == has(oldSelf.connection.managed)",message="spec.connection: the managed/external branch cannot change after creation; create a new KVCacheBackend instead"
+type KVCacheBackendSpec struct {
+	// Type of the store.
+	// +kubebuilder:default=Mooncake
+	// +optional
+	Type BackendType `json:"type,omitempty"`
+
+	// Image of the store processes (leader and members). Resolution order:
+	// members[].image, then this field, then the cluster Setting kv-cache-backend-image.
+	// Leave it unset to follow the Setting, which names a build that can elect a leader.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// ImagePullPolicy of the store containers.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// ImagePullSecrets for the store Pods, in the system namespace.
+	// +optional
+	// +listType=atomic
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// Transport is the protocol every member group offers unless the group overrides it.
+	// +kubebuilder:default={}
+	// +optional
+	Transport Transport `json:"transport,omitempty"`
+
+	// Connection says whether the operator runs the store (managed) or only observes one that
+	// runs elsewhere (external). Exactly one of the two.
+	Connection Connection `json:"connection"`
+}
+
+// Connection holds exactly one of managed or external.
+// +kubebuilder:validation:XValidation:rule="has(self.managed) != has(self.external)",message="exactly one of spec.connection.managed or spec.connection.external must be set"
+type Connection struct {
+	// Managed: the operator runs a leader Deployment and member DaemonSets.
+	// +optional
+	Managed *ManagedConnection `json:"managed,omitempty"`
+
+	// External: an existing store the operator only observes.
+	// +optional
+	External *ExternalConnection `json:"external,omitempty"`
+}
+
+// ManagedConnection describes the store processes the operator runs.
+type ManagedConnection struct {
+	// Leader configures the master Deployment. `leader: {}` takes every default.
+	// +kubebuilder:default={}
+	// +optional
+	Leader Leader `json:"leader,omitempty"`
+
+	// Members are the groups of nodes that contribute memory; one DaemonSet per group. A group's
+	// position is its identity: appending a group is allowed, reordering or removing one from
+	// the middle is refused.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Members []MemberGroup `json:"members"`
+}
+
+// Leader configures the store master (mooncake_master).
+type Leader struct {
+	// Replicas of the master. 1 runs a single master; more run standbys that take over through
+	// the Lease election. Only one replica is ever ready, so 3 desired / 1 ready is healthy.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// ElectionBackend: Kubernetes (a Lease, the default) or None (no election; replicas must be 1).
+	// +kubebuilder:default=Kubernetes
+	// +optional
+	ElectionBackend ElectionBackend `json:"electionBackend,omitempty"`
+
+	// MemberAddressing: how members find the master. Service (the default) uses the leader
+	// Service; Lease reads the current holder through the member's API access.
+	// +kubebuilder:default=Service
+	// +optional
+	MemberAddressing MemberAddressing `json:"memberAddressing,omitempty"`
+
+	// MultiTenancy keeps a per-tenant quota ledger on the master, so Binding ceilings are
+	// enforced and domains are isolated tenants. Only store images before Mooncake 0.3.12 need
+	// false.
+	// +kubebuilder:default=true
+	// +optional
+	MultiTenancy *bool `json:"multiTenancy,omitempty"`
+
+	// AllocationStrategy: how the master places objects on members.
+	// +kubebuilder:default=FreeRatioFirst
+	// +optional
+	AllocationStrategy AllocationStrategy `json:"allocationStrategy,omitempty"`
+
+	// ExtraArgs are appended to the master's arguments, one `-flag` or `-flag=value` token
+	// each. Flags the operator derives, snapshot flags and flags that change the store's
+	// storage are refused.
+	// +optional
+	// +listType=atomic
+	ExtraArgs []string `json:"extraArgs,omitempty"`
+
+	// ExtraEnv is added to the master container's environment.
+	// +optional
+	// +listType=atomic
+	ExtraEnv []corev1.EnvVar `json:"extraEnv,omitempty"`
+}
+
+// MemberGroup is a set of nodes that each run one member Pod contributing memory to the store.
+type MemberGroup struct {
+	// NodeSelector picks the nodes of this group; one member Pod runs per matching node.
+	// Widening it adds members and restarts none.
+	// +kubebuilder:validation:MinProperties=1
+	NodeSelector map[string]string `json:"nodeSelector"`
+
+	// Medium is the memory the members contribute: DRAM (host memory) or VRAM.
+	// Immutable for the group at this position.
+	// +kubebuilder:default=DRAM
+	// +optional
+	Medium Medium `json:"medium,omitempty"`
+
+	// CapacityPerMember is the segment each member registers with the master. For DRAM it is
+	// charged to the member Pod's memory request: a claim on the node, not a hint.
+	CapacityPerMember resource.Quantity `json:"capacityPerMember"`
+
+	// LocalBufferSize is the member's transfer staging buffer; added to the memory request.
+	// +optional
+	LocalBufferSize *resource.Quantity `json:"localBufferSize,omitempty"`
+
+	// Transport overrides spec.transport for this group, e.g. RDMA on one group of nodes and
+	// CANN on another.
+	// +optional
+	Transport *Transport `json:"transport,omitempty"`
+
+	// FabricInterfaceCount is how many fabric devices each member requests when the group's
+	// protocol is RDMA or EFA.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	FabricInterfaceCount *int32 `json:"fabricInterfaceCount,omitempty"`
+
+	// Image overrides spec.image for this group.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// ExtraArgs are appended to the member's arguments.
+	// +optional
+	// +listType=atomic
+	ExtraArgs []string `json:"extraArgs,omitempty"`
+
+	// ExtraEnv is added to the member container's environment.
+	// +optional
+	// +listType=atomic
+	ExtraEnv []corev1.EnvVar `json:"extraEnv,omitempty"`
+}
+
+// ExternalConnection points at a store the operator does not run.
+type ExternalConnection struct {
+	// Endpoints of the store: Client (master RPC) and Admin (master HTTP), both required.
+	// +kubebuilder:validation:MinItems=2
+	// +kubebuilder:validation:MaxItems=2
+	// +listType=map
+	// +listMapKey=name
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Endpoint is a named host:port of the store.
+type Endpoint struct {
+	// Name: Client or Admin.
+	Name EndpointName `json:"name"`
+	// Address as host:port.
+	// +kubebuilder:validation:MinLength=1
+	Address string `json:"address"`
+}
+
+// Capacity is what the store reports about its memory.
+type Capacity struct {
+	// Total bytes registered by members, as the master reports it.
+	Total resource.Quantity `json:"total"`
+	// Used bytes allocated to objects, as the master reports it.
+	// +optional
+	Used *resource.Quantity `json:"used,omitempty"`
+}
+
+// MemberStatus is one member segment the master lists, joined to its Pod where known.
+type MemberStatus struct {
+	// Segment is the segment name the member registered (its transfer endpoint).
+	Segment string `json:"segment"`
+	// Pod is the member Pod that owns the segment, when it could be matched.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+	// Node the member Pod runs on.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Protocol the segment was registered with, in store spelling.
+	// +optional
+	Protocol string `json:"protocol,omitempty"`
+	// Status of the segment as the master reports it.
+	// +optional
+	Status string `json:"status,omitempty"`
+	// Capacity of the segment.
+	// +optional
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+}
+
+// KVCacheBackendStatus is what the operator observed, read from the store itself.
+type KVCacheBackendStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase summarises the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// PhaseMessage says why the phase is what it is.
+	// +optional
+	PhaseMessage string `json:"phaseMessage,omitempty"`
+	// Conditions: LeaderAvailable, CapacityObserved, MembersMounted, ElectionObserved,
+	// RolloutComplete, Deletable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Endpoints of the store: Client and Admin.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// Capacity as read from the store; absent (not zero) until the store reports it.
+	// +optional
+	Capacity *Capacity `json:"capacity,omitempty"`
+	// Members are the segments the master lists.
+	// +optional
+	// +listType=atomic
+	Members []MemberStatus `json:"members,omitempty"`
+	// UsedBy lists the pools that use this backend; deletion waits until it is empty.
+	// +optional
+	// +listType=atomic
+	UsedBy []ObjectReference `json:"usedBy,omitempty"`
+}
+
+// KVCacheBackend is a Mooncake KV cache store: a leader Deployment with Lease election and
+// member DaemonSets (managed), or an existing store (external).
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=kvcb,categories=kvcache
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoints[?(@.name=="Client")].address`
+// +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.capacity.total`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type KVCacheBackend struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec declares the store.
+	Spec KVCacheBackendSpec `json:"spec"`
+	// Status is observed from the store.
+	// +optional
+	Status KVCacheBackendStatus `json:"status,omitempty"`
+}
+
+// KVCacheBackendList is a list of KVCacheBackends.
+// +kubebuilder:object:root=true
+type KVCacheBackendList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KVCacheBackend `json:"items"`
+}

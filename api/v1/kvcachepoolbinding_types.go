@@ -1,0 +1,107 @@
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultDomainName is the domain a Binding registers when spec.domain.name is left out. It is
+// also the tenant the store uses for a writer that names none.
+const DefaultDomainName = "default"
+
+// KVCachePoolBindingSpec grants this namespace a quota ceiling on a pool and registers one reuse
+// domain.
+type KVCachePoolBindingSpec struct {
+	// PoolRef names the KVCachePool. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.poolRef is immutable: create a new KVCachePoolBinding for another pool"
+	PoolRef LocalReference `json:"poolRef"`
+
+	// Quota of this namespace on the pool.
+	Quota BindingQuota `json:"quota"`
+
+	// Domain is the cache's compatibility key: workloads sharing a domain share cached blocks.
+	// Every field is immutable, because an editable domain would let a running workload read
+	// blocks another tokenizer wrote. A second model gets a second Binding.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.domain is immutable (name, blockSize, dtype): create a new KVCachePoolBinding for a different domain"
+	Domain Domain `json:"domain"`
+}
+
+// BindingQuota is a request, not a reservation.
+type BindingQuota struct {
+	// Ceiling is the most this namespace may hold at once; at most the pool's total. Going over
+	// it does not fail a write: the store evicts this domain's own objects. When ceilings
+	// oversubscribe the store, grants are cut in proportion.
+	Ceiling resource.Quantity `json:"ceiling"`
+}
+
+// Domain is a reuse domain: the store tenant engines write under.
+type Domain struct {
+	// Name of the domain and store tenant; a DNS-1123 label, unique per store master.
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// BlockSize in tokens of the engines sharing this domain.
+	// +kubebuilder:validation:Minimum=1
+	BlockSize int32 `json:"blockSize"`
+
+	// Dtype of the KV cache, lowercase, handed verbatim to engines as --kv-cache-dtype.
+	// +kubebuilder:validation:MinLength=1
+	Dtype string `json:"dtype"`
+}
+
+// KVCachePoolBindingStatus is observed from the store's tenant ledger.
+type KVCachePoolBindingStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase summarises the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Conditions: QuotaGranted, DomainExclusive.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// EffectiveQuota is the grant the store computed for this domain; absent when the backend
+	// keeps no ledger.
+	// +optional
+	EffectiveQuota *resource.Quantity `json:"effectiveQuota,omitempty"`
+	// Usage is what the domain holds in the store.
+	// +optional
+	Usage *resource.Quantity `json:"usage,omitempty"`
+	// UsedBy lists the workloads attached through this Binding.
+	// +optional
+	// +listType=atomic
+	UsedBy []ObjectReference `json:"usedBy,omitempty"`
+}
+
+// KVCachePoolBinding grants its namespace access to a pool: the authorization point.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=kvcpb,categories=kvcache
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="Domain",type=string,JSONPath=`.spec.domain.name`
+// +kubebuilder:printcolumn:name="Effective",type=string,JSONPath=`.status.effectiveQuota`
+// +kubebuilder:printcolumn:name="Usage",type=string,JSONPath=`.status.usage`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type KVCachePoolBinding struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec declares the grant.
+	Spec KVCachePoolBindingSpec `json:"spec"`
+	// Status is observed.
+	// +optional
+	Status KVCachePoolBindingStatus `json:"status,omitempty"`
+}
+
+// KVCachePoolBindingList is a list of KVCachePoolBindings.
+// +kubebuilder:object:root=true
+type KVCachePoolBindingList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KVCachePoolBinding `json:"items"`
+}

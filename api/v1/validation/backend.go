@@ -1,0 +1,341 @@
+package validation
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+const (
+	maxLeaderReplicas = 5
+	maxMemberGroups   = 32
+	// The leader Service is "<backend>-leader" and must be a DNS-1035 label.
+	maxBackendNameLen = utilvalidation.DNS1035LabelMaxLength - len("-leader")
+)
+
+// Reasons a flag may not be passed through leader.extraArgs, by flag key (no dashes).
+const (
+	reasonDerivedPorts    = "the operator sets it: the Service, probes and endpoints depend on the master's ports"
+	reasonDerivedElection = "the operator derives it from leader.electionBackend and the leader's Lease; set electionBackend instead"
+	reasonDerivedAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
+	reasonDerivedTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
+	reasonSnapshot        = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
+	reasonOplog           = "high availability runs through the Kubernetes Lease election; the store's oplog/etcd HA mode is not offered"
+	reasonConfigPath      = "a config file would override the flags the operator renders; use extraArgs flags that are allowed"
+	reasonAllocator       = "member memory is allocated by the store's default allocator; this operator does not offer another"
+	reasonCXL             = "CXL memory is not a medium this operator provisions; use members[].medium"
+	reasonOldPort         = "-port is the store's old spelling of -rpc_port, which the operator sets: the Service, probes and endpoints depend on it"
+	reasonConnector       = "the operator's ledger is the policy file it seeds into the leader, and another connector would leave it unread; set leader.multiTenancy instead"
+	reasonIndirect        = "it reads further flags from a file or the environment, past these checks; pass each flag as its own token"
+	reasonStorage         = "the store's storage is the members' memory; disk offload and file segments are not offered"
+)
+
+var refusedLeaderFlags = map[string]string{
+	"rpc_port":                    reasonDerivedPorts,
+	"metrics_port":                reasonDerivedPorts,
+	"port":                        reasonOldPort,
+	"enable_ha":                   reasonDerivedElection,
+	"ha_backend_type":             reasonDerivedElection,
+	"ha_backend_connstring":       reasonDerivedElection,
+	"rpc_address":                 reasonDerivedElection,
+	"cluster_id":                  reasonDerivedElection,
+	"pod_name":                    reasonDerivedElection,
+	"pod_namespace":               reasonDerivedElection,
+	"allocation_strategy":         reasonDerivedAlloc,
+	"enable_multi_tenants":        reasonDerivedTenancy,
+	"tenant_quota_connector_uri":  reasonDerivedTenancy,
+	"tenant_quota_connector_type": reasonConnector,
+	"enable_snapshot":             reasonSnapshot,
+	"enable_snapshot_restore":     reasonSnapshot,
+	"enable_oplog":                reasonOplog,
+	"etcd_endpoints":              reasonOplog,
+	"config_path":                 reasonConfigPath,
+	"memory_allocator":            reasonAllocator,
+	"enable_cxl":                  reasonCXL,
+	"cxl_path":                    reasonCXL,
+	"cxl_size":                    reasonCXL,
+	"flagfile":                    reasonIndirect,
+	"fromenv":                     reasonIndirect,
+	"tryfromenv":                  reasonIndirect,
+	"enable_offload":              reasonStorage,
+	"root_fs_dir":                 reasonStorage,
+	"global_file_segment_size":    reasonStorage,
+}
+
+// LeaderFlagRefusal returns why a leader.extraArgs flag key (without dashes) is refused, or ""
+// when it is allowed. The master parses flags with gflags, where -noX sets a boolean X to false
+// and the last value wins, so a refused key is refused behind a "no" prefix too.
+func LeaderFlagRefusal(key string) string {
+	if r := leaderFlagRefusal(key); r != "" {
+		return r
+	}
+	if rest, ok := strings.CutPrefix(key, "no"); ok {
+		return leaderFlagRefusal(rest)
+	}
+	return ""
+}
+
+func leaderFlagRefusal(key string) string {
+	if r, ok := refusedLeaderFlags[key]; ok {
+		return r
+	}
+	if strings.HasPrefix(key, "snapshot_") {
+		return reasonSnapshot
+	}
+	return ""
+}
+
+// Environment the operator owns in the store containers, with why; extraEnv may not set it.
+const (
+	envFromSpec    = "the operator sets it from the backend's spec"
+	envFromPod     = "the operator sets it from the Pod itself (the downward API) for the election flags"
+	envMetric      = "the operator turns transfer-engine metrics on for every member"
+	envDeviceUnset = "the operator leaves it unset on purpose: empty means every device, the only value right for every host of a group, since device names differ per host"
+)
+
+var (
+	derivedMemberEnv = map[string]string{
+		"MOONCAKE_MASTER": envFromSpec, "MOONCAKE_TE_META_DATA_SERVER": envFromSpec, "MOONCAKE_PROTOCOL": envFromSpec,
+		"MOONCAKE_LOCAL_HOSTNAME": envFromPod, "MOONCAKE_GLOBAL_SEGMENT_SIZE": envFromSpec,
+		"MOONCAKE_LOCAL_BUFFER_SIZE": envFromSpec, "MC_TE_METRIC": envMetric, "MOONCAKE_DEVICE": envDeviceUnset,
+		// A config file replaces every variable above.
+		"MOONCAKE_CONFIG_PATH": "a configuration file would replace every MOONCAKE_* variable the operator sets",
+	}
+	derivedLeaderEnv = map[string]string{
+		"KUBERNETES_POD_IP": envFromPod, "KUBERNETES_POD_NAME": envFromPod, "KUBERNETES_POD_NAMESPACE": envFromPod,
+	}
+	// Store client attributes a member's -D key=value could override; the operator sets each
+	// through the environment.
+	derivedMemberAttributes = []string{"master_server_address", "metadata_server", "protocol", "local_hostname", "global_segment_size", "local_buffer_size", "device_name"}
+)
+
+// BackendContext carries what backend validation needs from outside the object.
+type BackendContext struct {
+	// BackendImageSetting is the value of the Setting kv-cache-backend-image; "" when absent.
+	BackendImageSetting string
+}
+
+// ValidateBackend checks a KVCacheBackend on its own. Call it on a defaulted object.
+func ValidateBackend(b *kvv1.KVCacheBackend, ctx BackendContext) field.ErrorList {
+	var errs field.ErrorList
+	if len(b.Name) > maxBackendNameLen || len(utilvalidation.IsDNS1035Label(b.Name)) > 0 {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), b.Name,
+			fmt.Sprintf("must be a DNS-1035 label of at most %d characters (lowercase letters, digits and '-', starting with a letter), because the leader Service is named <name>-leader", maxBackendNameLen)))
+	}
+	spec := field.NewPath("spec")
+	errs = append(errs, enum(spec.Child("type"), string(b.Spec.Type), "Mooncake")...)
+	errs = append(errs, validateProtocol(spec.Child("transport", "protocol"), b.Spec.Transport.Protocol)...)
+	if b.Spec.ImagePullPolicy != "" {
+		errs = append(errs, enum(spec.Child("imagePullPolicy"), string(b.Spec.ImagePullPolicy), "Always", "IfNotPresent", "Never")...)
+	}
+	conn := spec.Child("connection")
+	m, e := b.Spec.Connection.Managed, b.Spec.Connection.External
+	switch {
+	case m == nil && e == nil:
+		errs = append(errs, field.Required(conn, "exactly one of spec.connection.managed (the operator runs the store) or spec.connection.external (an existing store) must be set"))
+	case m != nil && e != nil:
+		errs = append(errs, field.Forbidden(conn, "spec.connection.managed and spec.connection.external are both set; exactly one may be: remove the other"))
+	case m != nil:
+		errs = append(errs, validateManaged(b, conn.Child("managed"), ctx)...)
+	default:
+		errs = append(errs, validateExternal(conn.Child("external"), e)...)
+	}
+	return errs
+}
+
+func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) field.ErrorList {
+	var errs field.ErrorList
+	m := b.Spec.Connection.Managed
+	l := m.Leader
+	lp := p.Child("leader")
+	replicas := l.ReplicaCount()
+	if replicas < 1 || replicas > maxLeaderReplicas {
+		errs = append(errs, field.Invalid(lp.Child("replicas"), replicas, fmt.Sprintf("must be between 1 and %d", maxLeaderReplicas)))
+	}
+	errs = append(errs, enum(lp.Child("electionBackend"), string(l.ElectionBackend), "Kubernetes", "None")...)
+	errs = append(errs, enum(lp.Child("memberAddressing"), string(l.MemberAddressing), "Service", "Lease")...)
+	errs = append(errs, enum(lp.Child("allocationStrategy"), string(l.AllocationStrategy), "FreeRatioFirst", "Random")...)
+	if !l.Electing() && replicas > 1 {
+		errs = append(errs, field.Invalid(lp.Child("replicas"), replicas, "more than one leader replica needs electionBackend: Kubernetes, because standbys take over through the Lease; set replicas: 1 or electionBackend: Kubernetes"))
+	}
+	if !l.Electing() && l.MemberAddressing == kvv1.AddressingLease {
+		errs = append(errs, field.Invalid(lp.Child("memberAddressing"), l.MemberAddressing, "Lease addressing reads the election Lease, which electionBackend: None does not hold; set memberAddressing: Service or electionBackend: Kubernetes"))
+	}
+	errs = append(errs, validateLeaderArgs(lp.Child("extraArgs"), l.ExtraArgs)...)
+	errs = append(errs, validateExtraEnv(lp.Child("extraEnv"), l.ExtraEnv, derivedLeaderEnv)...)
+
+	if b.StoreImage(-1, ctx.BackendImageSetting) == "" {
+		errs = append(errs, field.Required(field.NewPath("spec", "image"),
+			fmt.Sprintf("no store image for the leader: set spec.image, or create the Setting %s (the chart installs it)", kvv1.SettingKVCacheBackendImage)))
+	}
+	mp := p.Child("members")
+	if len(m.Members) == 0 {
+		errs = append(errs, field.Required(mp, "at least one member group is needed: members contribute the store's memory"))
+	}
+	if len(m.Members) > maxMemberGroups {
+		errs = append(errs, field.TooMany(mp, len(m.Members), maxMemberGroups))
+	}
+	for i, g := range m.Members {
+		gp := mp.Index(i)
+		if len(g.NodeSelector) == 0 {
+			errs = append(errs, field.Required(gp.Child("nodeSelector"), "a member group selects its nodes; one member Pod runs per matching node"))
+		}
+		errs = append(errs, enum(gp.Child("medium"), string(g.Medium), "DRAM", "VRAM")...)
+		if g.CapacityPerMember.Sign() <= 0 {
+			errs = append(errs, field.Invalid(gp.Child("capacityPerMember"), g.CapacityPerMember.String(), "must be greater than zero: it is the segment each member registers, e.g. 8Gi"))
+		}
+		if g.LocalBufferSize != nil && g.LocalBufferSize.Sign() < 0 {
+			errs = append(errs, field.Invalid(gp.Child("localBufferSize"), g.LocalBufferSize.String(), "must not be negative"))
+		}
+		if g.Transport != nil {
+			errs = append(errs, validateProtocol(gp.Child("transport", "protocol"), g.Transport.Protocol)...)
+		}
+		if g.FabricInterfaceCount != nil && *g.FabricInterfaceCount < 1 {
+			errs = append(errs, field.Invalid(gp.Child("fabricInterfaceCount"), *g.FabricInterfaceCount, "must be at least 1"))
+		}
+		errs = append(errs, validateMemberArgs(gp.Child("extraArgs"), g.ExtraArgs)...)
+		errs = append(errs, validateExtraEnv(gp.Child("extraEnv"), g.ExtraEnv, derivedMemberEnv)...)
+		if b.StoreImage(i, ctx.BackendImageSetting) == "" {
+			errs = append(errs, field.Required(gp.Child("image"),
+				fmt.Sprintf("no store image for member group %d: set this field, spec.image, or the Setting %s", i, kvv1.SettingKVCacheBackendImage)))
+		}
+	}
+	return errs
+}
+
+// flagKey returns a -flag or -flag=value token's key without dashes, and whether the token
+// has the shape of a flag at all.
+func flagKey(tok string) (string, bool) {
+	if !strings.HasPrefix(tok, "-") {
+		return "", false
+	}
+	k := strings.TrimLeft(tok, "-")
+	if i := strings.IndexByte(k, '='); i >= 0 {
+		k = k[:i]
+	}
+	return k, k != ""
+}
+
+func validateLeaderArgs(p *field.Path, args []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, a := range args {
+		k, ok := flagKey(a)
+		if !ok || strings.ContainsAny(k, " \t") {
+			errs = append(errs, field.Invalid(p.Index(i), a, "each entry is one -flag or -flag=value token, e.g. -default_kv_lease_ttl=10m"))
+			continue
+		}
+		if r := LeaderFlagRefusal(k); r != "" {
+			errs = append(errs, field.Forbidden(p.Index(i), fmt.Sprintf("-%s: %s", k, r)))
+		}
+	}
+	return errs
+}
+
+func validateExtraEnv(p *field.Path, env []corev1.EnvVar, derived map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	for i, e := range env {
+		if why, ok := derived[e.Name]; ok {
+			errs = append(errs, field.Forbidden(p.Index(i).Child("name"), fmt.Sprintf("%s: %s; remove it from extraEnv", e.Name, why)))
+		}
+	}
+	return errs
+}
+
+// validateMemberArgs refuses member arguments that would override what the operator configures:
+// the REST port, a configuration file, and -D overrides of the client attributes it sets.
+func validateMemberArgs(p *field.Path, args []string) field.ErrorList {
+	var errs field.ErrorList
+	for j := 0; j < len(args); j++ {
+		a := args[j]
+		switch k, _ := flagKey(a); {
+		case k == "port":
+			errs = append(errs, field.Invalid(p.Index(j), a, "the operator sets the member's REST port (8080 + the group's position); remove it"))
+		case k == "config":
+			errs = append(errs, field.Invalid(p.Index(j), a, "a configuration file would replace every MOONCAKE_* variable the operator sets; remove it"))
+		case strings.HasPrefix(a, "-D"):
+			kv := strings.TrimPrefix(a, "-D")
+			if kv == "" && j+1 < len(args) {
+				kv = args[j+1]
+			}
+			attr, _, _ := strings.Cut(kv, "=")
+			if slices.Contains(derivedMemberAttributes, attr) {
+				errs = append(errs, field.Invalid(p.Index(j), a, fmt.Sprintf("%s is set by the operator through the environment; remove the override", attr)))
+			}
+		}
+	}
+	return errs
+}
+
+func validateExternal(p *field.Path, e *kvv1.ExternalConnection) field.ErrorList {
+	var errs field.ErrorList
+	ep := p.Child("endpoints")
+	seen := map[kvv1.EndpointName]bool{}
+	for i, x := range e.Endpoints {
+		xp := ep.Index(i)
+		switch x.Name {
+		case kvv1.EndpointClient, kvv1.EndpointAdmin:
+			if seen[x.Name] {
+				errs = append(errs, field.Duplicate(xp.Child("name"), x.Name))
+			}
+			seen[x.Name] = true
+		default:
+			errs = append(errs, field.NotSupported(xp.Child("name"), x.Name, []string{"Client", "Admin"}))
+		}
+		if err := hostPort(x.Address); err != "" {
+			errs = append(errs, field.Invalid(xp.Child("address"), x.Address, err))
+		}
+	}
+	for _, n := range []kvv1.EndpointName{kvv1.EndpointClient, kvv1.EndpointAdmin} {
+		if !seen[n] {
+			errs = append(errs, field.Required(ep, fmt.Sprintf("the %s endpoint is required: add {name: %s, address: host:port} (%s)", n, n, endpointPurpose(n))))
+		}
+	}
+	return errs
+}
+
+func endpointPurpose(n kvv1.EndpointName) string {
+	if n == kvv1.EndpointClient {
+		return "the master RPC address engines connect to, port 50051 by default"
+	}
+	return "the master HTTP address the operator reads health, capacity and the ledger from, port 9003 by default"
+}
+
+func hostPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return "must be host:port, e.g. mooncake-master.store.svc:50051"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "the port must be a number between 1 and 65535"
+	}
+	return ""
+}
+
+func validateProtocol(p *field.Path, v kvv1.TransportProtocol) field.ErrorList {
+	if v == "" {
+		return nil
+	}
+	return enum(p, string(v), "Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", "MACA")
+}
+
+// enum refuses a value outside allowed; "" passes (defaulting fills it).
+func enum(p *field.Path, v string, allowed ...string) field.ErrorList {
+	if v == "" {
+		return nil
+	}
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return field.ErrorList{field.NotSupported(p, v, allowed)}
+}

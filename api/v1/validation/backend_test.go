@@ -1,0 +1,664 @@
+package validation
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+// Field paths the backend messages are reported under.
+const (
+	leaderPath  = "spec.connection.managed.leader"
+	membersPath = "spec.connection.managed.members"
+	externalEPs = "spec.connection.external.endpoints"
+)
+
+// The reasons LeaderFlagRefusal gives, spelled out here rather than taken from the package, so a
+// changed message fails a test.
+const (
+	wantReasonPorts    = "the operator sets it: the Service, probes and endpoints depend on the master's ports"
+	wantReasonElection = "the operator derives it from leader.electionBackend and the leader's Lease; set electionBackend instead"
+	wantReasonAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
+	wantReasonTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
+	wantReasonSnapshot = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
+	wantReasonOplog    = "high availability runs through the Kubernetes Lease election; the store's oplog/etcd HA mode is not offered"
+	wantReasonConfig   = "a config file would override the flags the operator renders; use extraArgs flags that are allowed"
+	wantReasonAllocMem = "member memory is allocated by the store's default allocator; this operator does not offer another"
+	wantReasonCXL      = "CXL memory is not a medium this operator provisions; use members[].medium"
+	wantReasonOldPort  = "-port is the store's old spelling of -rpc_port, which the operator sets: the Service, probes and endpoints depend on it"
+	wantReasonConn     = "the operator's ledger is the policy file it seeds into the leader, and another connector would leave it unread; set leader.multiTenancy instead"
+	wantReasonIndirect = "it reads further flags from a file or the environment, past these checks; pass each flag as its own token"
+	wantReasonStorage  = "the store's storage is the members' memory; disk offload and file segments are not offered"
+)
+
+// refusedLeaderKey is a leader.extraArgs flag key and the reason it is refused.
+type refusedLeaderKey struct {
+	key, reason string
+}
+
+// refusedLeaderKeys lists every refused leader flag key (SPEC section 4) with its reason.
+func refusedLeaderKeys() []refusedLeaderKey {
+	return []refusedLeaderKey{
+		{"rpc_port", wantReasonPorts},
+		{"metrics_port", wantReasonPorts},
+		{"port", wantReasonOldPort},
+		{"enable_ha", wantReasonElection},
+		{"ha_backend_type", wantReasonElection},
+		{"ha_backend_connstring", wantReasonElection},
+		{"rpc_address", wantReasonElection},
+		{"cluster_id", wantReasonElection},
+		{"pod_name", wantReasonElection},
+		{"pod_namespace", wantReasonElection},
+		{"allocation_strategy", wantReasonAlloc},
+		{"enable_multi_tenants", wantReasonTenancy},
+		{"tenant_quota_connector_uri", wantReasonTenancy},
+		{"tenant_quota_connector_type", wantReasonConn},
+		{"enable_snapshot", wantReasonSnapshot},
+		{"enable_snapshot_restore", wantReasonSnapshot},
+		{"enable_oplog", wantReasonOplog},
+		{"etcd_endpoints", wantReasonOplog},
+		{"config_path", wantReasonConfig},
+		{"memory_allocator", wantReasonAllocMem},
+		{"enable_cxl", wantReasonCXL},
+		{"cxl_path", wantReasonCXL},
+		{"cxl_size", wantReasonCXL},
+		{"flagfile", wantReasonIndirect},
+		{"fromenv", wantReasonIndirect},
+		{"tryfromenv", wantReasonIndirect},
+		{"enable_offload", wantReasonStorage},
+		{"root_fs_dir", wantReasonStorage},
+		{"global_file_segment_size", wantReasonStorage},
+	}
+}
+
+// walkthroughBackend is the walkthrough's KVCacheBackend (values/examples/walkthrough.yaml),
+// defaulted as the API server would store it.
+func walkthroughBackend() *kvv1.KVCacheBackend {
+	b := &kvv1.KVCacheBackend{}
+	b.Name = "mooncake-dram"
+	b.Spec.Type = kvv1.BackendTypeMooncake
+	b.Spec.Connection.Managed = &kvv1.ManagedConnection{
+		Members: []kvv1.MemberGroup{{
+			NodeSelector:      map[string]string{"kubernetes.io/os": "linux"},
+			Medium:            kvv1.MediumDRAM,
+			CapacityPerMember: resource.MustParse("8Gi"),
+		}},
+	}
+	b.Default()
+	return b
+}
+
+// chartContext is the context on a cluster where the chart installed the Setting
+// kv-cache-backend-image with its default value.
+func chartContext() BackendContext {
+	return BackendContext{BackendImageSetting: kvv1.DefaultKVCacheBackendImage}
+}
+
+func leader(b *kvv1.KVCacheBackend) *kvv1.Leader { return &b.Spec.Connection.Managed.Leader }
+
+func group(b *kvv1.KVCacheBackend, i int) *kvv1.MemberGroup {
+	return &b.Spec.Connection.Managed.Members[i]
+}
+
+// addGroups appends n copies of the (defaulted) first member group.
+func addGroups(b *kvv1.KVCacheBackend, n int) {
+	m := b.Spec.Connection.Managed
+	for range n {
+		m.Members = append(m.Members, *m.Members[0].DeepCopy())
+	}
+}
+
+// external replaces the managed connection with an external one holding endpoints.
+func external(b *kvv1.KVCacheBackend, endpoints ...kvv1.Endpoint) {
+	b.Spec.Connection.Managed = nil
+	b.Spec.Connection.External = &kvv1.ExternalConnection{Endpoints: endpoints}
+}
+
+func ep(name kvv1.EndpointName, address string) kvv1.Endpoint {
+	return kvv1.Endpoint{Name: name, Address: address}
+}
+
+func clientEP() kvv1.Endpoint { return ep(kvv1.EndpointClient, "mooncake-master.store.svc:50051") }
+func adminEP() kvv1.Endpoint  { return ep(kvv1.EndpointAdmin, "mooncake-master.store.svc:9003") }
+
+// errStrings renders an ErrorList as the exact strings a user reads; nil when there are none.
+func errStrings(errs field.ErrorList) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func TestValidateBackend(t *testing.T) {
+	type tc struct {
+		name string
+		// mutate changes one thing on the defaulted walkthrough backend.
+		mutate func(b *kvv1.KVCacheBackend)
+		// noImageSetting validates as if the Setting kv-cache-backend-image did not exist.
+		noImageSetting bool
+		want           []string
+	}
+	const (
+		nameMsg      = "must be a DNS-1035 label of at most 56 characters (lowercase letters, digits and '-', starting with a letter), because the leader Service is named <name>-leader"
+		protocolEnum = `supported values: "Auto", "TCP", "RDMA", "EFA", "CANN", "ROCM", "MUSA", "MACA"`
+		tokenMsg     = "each entry is one -flag or -flag=value token, e.g. -default_kv_lease_ttl=10m"
+		hostPortMsg  = "must be host:port, e.g. mooncake-master.store.svc:50051"
+		portMsg      = "the port must be a number between 1 and 65535"
+		leaderImage  = "spec.image: Required value: no store image for the leader: set spec.image, or create the Setting kv-cache-backend-image (the chart installs it)"
+		requireAdmin = externalEPs + ": Required value: the Admin endpoint is required: add {name: Admin, address: host:port} (the master HTTP address the operator reads health, capacity and the ledger from, port 9003 by default)"
+		requireCl    = externalEPs + ": Required value: the Client endpoint is required: add {name: Client, address: host:port} (the master RPC address engines connect to, port 50051 by default)"
+	)
+
+	tests := []tc{
+		// Passing backends.
+		{
+			name:   "the defaulted walkthrough backend has no errors",
+			mutate: func(*kvv1.KVCacheBackend) {},
+		},
+		{
+			name:           "a backend that names spec.image needs no Setting",
+			mutate:         func(b *kvv1.KVCacheBackend) { b.Spec.Image = "example.com/mooncake:1" },
+			noImageSetting: true,
+		},
+		{
+			name:   "a backend name of 56 characters, the longest that leaves room for -leader, passes",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Name = strings.Repeat("a", 56) },
+		},
+		{
+			name:   "an imagePullPolicy of IfNotPresent passes",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Spec.ImagePullPolicy = corev1.PullIfNotPresent },
+		},
+		{
+			name:   "five electing leader replicas pass",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).Replicas = ptr.To[int32](5) },
+		},
+		{
+			name: "a single leader with electionBackend None passes",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).ElectionBackend = kvv1.ElectionNone
+			},
+		},
+		{
+			name:   "Lease addressing with a Kubernetes election passes",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).MemberAddressing = kvv1.AddressingLease },
+		},
+		{
+			name: "the allowed leader extraArgs -default_kv_lease_ttl=10m and -metrics_host=0.0.0.0 pass",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).ExtraArgs = []string{"-default_kv_lease_ttl=10m", "-metrics_host=0.0.0.0"}
+			},
+		},
+		{
+			name: "a leader extraEnv that names no derived variable passes",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).ExtraEnv = []corev1.EnvVar{{Name: "GLOG_v", Value: "1"}}
+			},
+		},
+		{
+			name: "the leader may set MOONCAKE_MASTER, which only members derive",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).ExtraEnv = []corev1.EnvVar{{Name: "MOONCAKE_MASTER", Value: "x"}}
+			},
+		},
+		{
+			name: "a VRAM group with an RDMA override, two fabric interfaces and a local buffer passes",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				g := group(b, 0)
+				g.Medium = kvv1.MediumVRAM
+				g.Transport = &kvv1.Transport{Protocol: kvv1.ProtocolRDMA}
+				g.FabricInterfaceCount = ptr.To[int32](2)
+				g.LocalBufferSize = ptr.To(resource.MustParse("512Mi"))
+			},
+		},
+		{
+			name:   "a member extraArg other than the port passes",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--v=1"} },
+		},
+		{
+			name:   "32 member groups, the most allowed, pass",
+			mutate: func(b *kvv1.KVCacheBackend) { addGroups(b, 31) },
+		},
+		{
+			name:   "an external backend with a Client and an Admin endpoint passes",
+			mutate: func(b *kvv1.KVCacheBackend) { external(b, clientEP(), adminEP()) },
+		},
+		{
+			name: "an external address with port 65535, the highest, passes",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, clientEP(), ep(kvv1.EndpointAdmin, "mooncake-master.store.svc:65535"))
+			},
+		},
+		{
+			name: "an external backend at IPv6 addresses passes",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, ep(kvv1.EndpointClient, "[fd00::1]:50051"), ep(kvv1.EndpointAdmin, "[fd00::1]:9003"))
+			},
+		},
+
+		// metadata.name
+		{
+			name:   "a backend name of 57 characters is refused, because <name>-leader would pass 63",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Name = strings.Repeat("a", 57) },
+			want:   []string{`metadata.name: Invalid value: "` + strings.Repeat("a", 57) + `": ` + nameMsg},
+		},
+		{
+			name:   "a backend name starting with a digit is not a DNS-1035 label and is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Name = "1mooncake" },
+			want:   []string{`metadata.name: Invalid value: "1mooncake": ` + nameMsg},
+		},
+
+		// Enums on the spec.
+		{
+			name:   "a backend type other than Mooncake is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Spec.Type = "Redis" },
+			want:   []string{`spec.type: Unsupported value: "Redis": supported values: "Mooncake"`},
+		},
+		{
+			name:   "a transport protocol in store spelling (rdma) is refused with the API spellings",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Spec.Transport.Protocol = "rdma" },
+			want:   []string{`spec.transport.protocol: Unsupported value: "rdma": ` + protocolEnum},
+		},
+		{
+			name:   "an unknown imagePullPolicy is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Spec.ImagePullPolicy = "Sometimes" },
+			want:   []string{`spec.imagePullPolicy: Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"`},
+		},
+
+		// connection
+		{
+			name:   "a backend with neither managed nor external is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed = nil },
+			want:   []string{"spec.connection: Required value: exactly one of spec.connection.managed (the operator runs the store) or spec.connection.external (an existing store) must be set"},
+		},
+		{
+			name: "a backend with both managed and external is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.External = &kvv1.ExternalConnection{Endpoints: []kvv1.Endpoint{clientEP(), adminEP()}}
+			},
+			want: []string{"spec.connection: Forbidden: spec.connection.managed and spec.connection.external are both set; exactly one may be: remove the other"},
+		},
+
+		// leader
+		{
+			name:   "zero leader replicas are refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).Replicas = ptr.To[int32](0) },
+			want:   []string{leaderPath + ".replicas: Invalid value: 0: must be between 1 and 5"},
+		},
+		{
+			name:   "six leader replicas are refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).Replicas = ptr.To[int32](6) },
+			want:   []string{leaderPath + ".replicas: Invalid value: 6: must be between 1 and 5"},
+		},
+		{
+			name: "three leader replicas with electionBackend None are refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).Replicas = ptr.To[int32](3)
+				leader(b).ElectionBackend = kvv1.ElectionNone
+			},
+			want: []string{leaderPath + ".replicas: Invalid value: 3: more than one leader replica needs electionBackend: Kubernetes, because standbys take over through the Lease; set replicas: 1 or electionBackend: Kubernetes"},
+		},
+		{
+			name: "Lease addressing with electionBackend None is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).ElectionBackend = kvv1.ElectionNone
+				leader(b).MemberAddressing = kvv1.AddressingLease
+			},
+			want: []string{leaderPath + `.memberAddressing: Invalid value: "Lease": Lease addressing reads the election Lease, which electionBackend: None does not hold; set memberAddressing: Service or electionBackend: Kubernetes`},
+		},
+		{
+			name:   "an unknown electionBackend is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ElectionBackend = "Etcd" },
+			want:   []string{leaderPath + `.electionBackend: Unsupported value: "Etcd": supported values: "Kubernetes", "None"`},
+		},
+		{
+			name:   "an unknown memberAddressing is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).MemberAddressing = "DNS" },
+			want:   []string{leaderPath + `.memberAddressing: Unsupported value: "DNS": supported values: "Service", "Lease"`},
+		},
+		{
+			name:   "an allocationStrategy in store spelling (free_ratio_first) is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).AllocationStrategy = "free_ratio_first" },
+			want:   []string{leaderPath + `.allocationStrategy: Unsupported value: "free_ratio_first": supported values: "FreeRatioFirst", "Random"`},
+		},
+		{
+			name:   "a leader extraArg that is not a flag is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"default_kv_lease_ttl=10m"} },
+			want:   []string{leaderPath + `.extraArgs[0]: Invalid value: "default_kv_lease_ttl=10m": ` + tokenMsg},
+		},
+		{
+			name:   "a leader extraArg holding a flag and its value separated by a space is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"-default_kv_lease_ttl 10m"} },
+			want:   []string{leaderPath + `.extraArgs[0]: Invalid value: "-default_kv_lease_ttl 10m": ` + tokenMsg},
+		},
+		{
+			name:   "a leader extraArg of dashes only is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"--"} },
+			want:   []string{leaderPath + `.extraArgs[0]: Invalid value: "--": ` + tokenMsg},
+		},
+		{
+			name: "a refused leader extraArg after an allowed one is reported at its own index",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				leader(b).ExtraArgs = []string{"-default_kv_lease_ttl=10m", "--rpc_port=50052"}
+			},
+			want: []string{leaderPath + ".extraArgs[1]: Forbidden: -rpc_port: " + wantReasonPorts},
+		},
+		{
+			name:   "a snapshot_* leader extraArg is refused because a restored snapshot can serve another key's bytes",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"-snapshot_interval=1"} },
+			want:   []string{leaderPath + ".extraArgs[0]: Forbidden: -snapshot_interval: " + wantReasonSnapshot},
+		},
+		{
+			name:   "a --double-dash snapshot_* leader extraArg is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"--snapshot_backup_dir=/snap"} },
+			want:   []string{leaderPath + ".extraArgs[0]: Forbidden: -snapshot_backup_dir: " + wantReasonSnapshot},
+		},
+
+		// Image resolution.
+		{
+			name:           "a backend with no spec.image and no Setting is refused for the leader and the member group",
+			mutate:         func(*kvv1.KVCacheBackend) {},
+			noImageSetting: true,
+			want: []string{
+				leaderImage,
+				membersPath + "[0].image: Required value: no store image for member group 0: set this field, spec.image, or the Setting kv-cache-backend-image",
+			},
+		},
+		{
+			name: "a member group image resolves that group only: the leader and the other group are still refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				addGroups(b, 1)
+				group(b, 0).Image = "example.com/mooncake:1"
+			},
+			noImageSetting: true,
+			want: []string{
+				leaderImage,
+				membersPath + "[1].image: Required value: no store image for member group 1: set this field, spec.image, or the Setting kv-cache-backend-image",
+			},
+		},
+
+		// members
+		{
+			name:   "a managed backend with zero member groups is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Members = nil },
+			want:   []string{membersPath + ": Required value: at least one member group is needed: members contribute the store's memory"},
+		},
+		{
+			name:   "33 member groups are refused",
+			mutate: func(b *kvv1.KVCacheBackend) { addGroups(b, 32) },
+			want:   []string{membersPath + ": Too many: 33: must have at most 32 items"},
+		},
+		{
+			name:   "a member group with an empty nodeSelector is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).NodeSelector = map[string]string{} },
+			want:   []string{membersPath + "[0].nodeSelector: Required value: a member group selects its nodes; one member Pod runs per matching node"},
+		},
+		{
+			name:   "an unknown medium is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).Medium = "HBM" },
+			want:   []string{membersPath + `[0].medium: Unsupported value: "HBM": supported values: "DRAM", "VRAM"`},
+		},
+		{
+			name:   "a zero capacityPerMember is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).CapacityPerMember = resource.MustParse("0") },
+			want:   []string{membersPath + `[0].capacityPerMember: Invalid value: "0": must be greater than zero: it is the segment each member registers, e.g. 8Gi`},
+		},
+		{
+			name:   "a negative capacityPerMember is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).CapacityPerMember = resource.MustParse("-8Gi") },
+			want:   []string{membersPath + `[0].capacityPerMember: Invalid value: "-8Gi": must be greater than zero: it is the segment each member registers, e.g. 8Gi`},
+		},
+		{
+			name:   "a negative localBufferSize is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).LocalBufferSize = ptr.To(resource.MustParse("-1Mi")) },
+			want:   []string{membersPath + `[0].localBufferSize: Invalid value: "-1Mi": must not be negative`},
+		},
+		{
+			name:   "an unknown per-group transport protocol is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).Transport = &kvv1.Transport{Protocol: "NVLink"} },
+			want:   []string{membersPath + `[0].transport.protocol: Unsupported value: "NVLink": ` + protocolEnum},
+		},
+		{
+			name:   "a fabricInterfaceCount of 0 is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).FabricInterfaceCount = ptr.To[int32](0) },
+			want:   []string{membersPath + "[0].fabricInterfaceCount: Invalid value: 0: must be at least 1"},
+		},
+		{
+			name:   "a member extraArg --port=9000 is refused because the operator sets the REST port",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--v=1", "--port=9000"} },
+			want:   []string{membersPath + `[0].extraArgs[1]: Invalid value: "--port=9000": the operator sets the member's REST port (8080 + the group's position); remove it`},
+		},
+		{
+			name:   "a member extraArg -port is refused in its single-dash form",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"-port=9000"} },
+			want:   []string{membersPath + `[0].extraArgs[0]: Invalid value: "-port=9000": the operator sets the member's REST port (8080 + the group's position); remove it`},
+		},
+
+		// external
+		{
+			name:   "an external backend without an Admin endpoint is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { external(b, clientEP()) },
+			want:   []string{requireAdmin},
+		},
+		{
+			name:   "an external backend without a Client endpoint is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { external(b, adminEP()) },
+			want:   []string{requireCl},
+		},
+		{
+			name:   "an external backend without endpoints is refused for both",
+			mutate: func(b *kvv1.KVCacheBackend) { external(b) },
+			want:   []string{requireCl, requireAdmin},
+		},
+		{
+			name: "an external backend naming Client twice is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, clientEP(), adminEP(), ep(kvv1.EndpointClient, "other.store.svc:50051"))
+			},
+			want: []string{externalEPs + `[2].name: Duplicate value: "Client"`},
+		},
+		{
+			name: "an external endpoint with an unknown name is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, clientEP(), adminEP(), ep("Metrics", "mooncake-master.store.svc:9003"))
+			},
+			want: []string{externalEPs + `[2].name: Unsupported value: "Metrics": supported values: "Client", "Admin"`},
+		},
+		{
+			name: "a lowercase client endpoint name is refused and the Client endpoint is then missing",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, ep("client", "mooncake-master.store.svc:50051"), adminEP())
+			},
+			want: []string{
+				externalEPs + `[0].name: Unsupported value: "client": supported values: "Client", "Admin"`,
+				requireCl,
+			},
+		},
+		{
+			name: "an external address without a port is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, ep(kvv1.EndpointClient, "mooncake-master.store.svc"), adminEP())
+			},
+			want: []string{externalEPs + `[0].address: Invalid value: "mooncake-master.store.svc": ` + hostPortMsg},
+		},
+		{
+			name:   "an external address without a host is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { external(b, ep(kvv1.EndpointClient, ":50051"), adminEP()) },
+			want:   []string{externalEPs + `[0].address: Invalid value: ":50051": ` + hostPortMsg},
+		},
+		{
+			name: "an external address written as a URL is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, clientEP(), ep(kvv1.EndpointAdmin, "http://mooncake-master.store.svc:9003"))
+			},
+			want: []string{externalEPs + `[1].address: Invalid value: "http://mooncake-master.store.svc:9003": ` + hostPortMsg},
+		},
+		{
+			name: "an external address with port 0 is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, ep(kvv1.EndpointClient, "mooncake-master.store.svc:0"), adminEP())
+			},
+			want: []string{externalEPs + `[0].address: Invalid value: "mooncake-master.store.svc:0": ` + portMsg},
+		},
+		{
+			name: "an external address with port 70000 is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, ep(kvv1.EndpointClient, "mooncake-master.store.svc:70000"), adminEP())
+			},
+			want: []string{externalEPs + `[0].address: Invalid value: "mooncake-master.store.svc:70000": ` + portMsg},
+		},
+		{
+			name: "an external address with port 65536 is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, ep(kvv1.EndpointClient, "mooncake-master.store.svc:65536"), adminEP())
+			},
+			want: []string{externalEPs + `[0].address: Invalid value: "mooncake-master.store.svc:65536": ` + portMsg},
+		},
+		{
+			name: "an external address with a named port is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				external(b, clientEP(), ep(kvv1.EndpointAdmin, "mooncake-master.store.svc:http"))
+			},
+			want: []string{externalEPs + `[1].address: Invalid value: "mooncake-master.store.svc:http": ` + portMsg},
+		},
+	}
+
+	// Every refused leader flag key, in the -key=value and --key forms.
+	for _, r := range refusedLeaderKeys() {
+		for _, tok := range []string{"-" + r.key + "=1", "--" + r.key} {
+			tests = append(tests, tc{
+				name:   fmt.Sprintf("a leader extraArg %s is refused", tok),
+				mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{tok} },
+				want:   []string{fmt.Sprintf("%s.extraArgs[0]: Forbidden: -%s: %s", leaderPath, r.key, r.reason)},
+			})
+		}
+	}
+	// Every derived variable, in the extraEnv of the container that derives it, with its reason.
+	const (
+		fromSpec = "the operator sets it from the backend's spec"
+		fromPod  = "the operator sets it from the Pod itself (the downward API) for the election flags"
+	)
+	for _, name := range []string{"KUBERNETES_POD_IP", "KUBERNETES_POD_NAME", "KUBERNETES_POD_NAMESPACE"} {
+		tests = append(tests, tc{
+			name:   fmt.Sprintf("a leader extraEnv naming the derived %s is refused", name),
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraEnv = []corev1.EnvVar{{Name: name, Value: "x"}} },
+			want:   []string{fmt.Sprintf("%s.extraEnv[0].name: Forbidden: %s: %s; remove it from extraEnv", leaderPath, name, fromPod)},
+		})
+	}
+	for name, why := range map[string]string{
+		"MOONCAKE_MASTER": fromSpec, "MOONCAKE_TE_META_DATA_SERVER": fromSpec, "MOONCAKE_PROTOCOL": fromSpec,
+		"MOONCAKE_LOCAL_HOSTNAME": fromPod, "MOONCAKE_GLOBAL_SEGMENT_SIZE": fromSpec, "MOONCAKE_LOCAL_BUFFER_SIZE": fromSpec,
+		"MC_TE_METRIC":         "the operator turns transfer-engine metrics on for every member",
+		"MOONCAKE_DEVICE":      "the operator leaves it unset on purpose: empty means every device, the only value right for every host of a group, since device names differ per host",
+		"MOONCAKE_CONFIG_PATH": "a configuration file would replace every MOONCAKE_* variable the operator sets",
+	} {
+		tests = append(tests, tc{
+			name: fmt.Sprintf("a member extraEnv naming the derived %s is refused", name),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				group(b, 0).ExtraEnv = []corev1.EnvVar{{Name: "GLOG_v", Value: "1"}, {Name: name, Value: "x"}}
+			},
+			want: []string{fmt.Sprintf("%s[0].extraEnv[1].name: Forbidden: %s: %s; remove it from extraEnv", membersPath, name, why)},
+		})
+	}
+	// gflags reads -noX as X=false, so a refused boolean cannot be switched off behind "no".
+	for _, key := range []string{"enable_ha", "enable_multi_tenants"} {
+		tests = append(tests, tc{
+			name:   fmt.Sprintf("a leader extraArg -no%s is refused like -%s", key, key),
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"-no" + key} },
+			want:   []string{fmt.Sprintf("%s.extraArgs[0]: Forbidden: -no%s: %s", leaderPath, key, LeaderFlagRefusal(key))},
+		})
+	}
+	tests = append(tests,
+		tc{
+			name:   "a member extraArg --config is refused because a file replaces the operator's variables",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--config=/etc/m.json"} },
+			want:   []string{membersPath + `[0].extraArgs[0]: Invalid value: "--config=/etc/m.json": a configuration file would replace every MOONCAKE_* variable the operator sets; remove it`},
+		},
+		tc{
+			name: "a member -D override of an attribute the operator sets is refused, in one token or two",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				group(b, 0).ExtraArgs = []string{"-Dprotocol=rdma", "-D", "master_server_address=x:1"}
+			},
+			want: []string{
+				membersPath + `[0].extraArgs[0]: Invalid value: "-Dprotocol=rdma": protocol is set by the operator through the environment; remove the override`,
+				membersPath + `[0].extraArgs[1]: Invalid value: "-D": master_server_address is set by the operator through the environment; remove the override`,
+			},
+		},
+		tc{
+			name:   "a member -D override of another attribute is allowed",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"-Denable_offload=false"} },
+			want:   nil,
+		},
+	)
+
+	seen := map[string]bool{}
+	for _, tt := range tests {
+		require.False(t, seen[tt.name], "duplicate case name %q", tt.name)
+		seen[tt.name] = true
+		t.Run(tt.name, func(t *testing.T) {
+			b := walkthroughBackend()
+			require.Empty(t, ValidateBackend(b, chartContext()), "the walkthrough backend must start valid")
+			tt.mutate(b)
+			ctx := chartContext()
+			if tt.noImageSetting {
+				ctx = BackendContext{}
+			}
+			assert.Equal(t, tt.want, errStrings(ValidateBackend(b, ctx)))
+		})
+	}
+}
+
+func TestLeaderFlagRefusal(t *testing.T) {
+	type tc struct {
+		name string
+		key  string
+		want string
+	}
+	tests := []tc{
+		{name: "default_kv_lease_ttl is allowed, so a user can override the template's 5m", key: "default_kv_lease_ttl", want: ""},
+		{name: "metrics_host is allowed", key: "metrics_host", want: ""},
+		{name: "a flag the template does not know is allowed", key: "eviction_ratio", want: ""},
+		{name: "an empty key is not refused by name", key: "", want: ""},
+		{name: "snapshot without an underscore is not a snapshot_* flag", key: "snapshot", want: ""},
+		{name: "keys are matched case-sensitively, as the store's flags are", key: "RPC_PORT", want: ""},
+		{name: "snapshot_interval is refused because restoring a snapshot can make the cache serve another key's bytes", key: "snapshot_interval", want: wantReasonSnapshot},
+		{name: "any other snapshot_* key is refused for the snapshot reason", key: "snapshot_backup_dir", want: wantReasonSnapshot},
+	}
+	for _, r := range refusedLeaderKeys() {
+		tests = append(tests, tc{name: fmt.Sprintf("%s is refused", r.key), key: r.key, want: r.reason})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := LeaderFlagRefusal(tt.key)
+			assert.Equal(t, tt.want, got)
+			if tt.want == wantReasonSnapshot {
+				assert.Contains(t, got, "restoring a snapshot can make the cache serve another key's bytes")
+			}
+		})
+	}
+}
+
+// A key added to refusedLeaderFlags without a case above would go untested.
+func TestRefusedLeaderKeysCoverTheImplementation(t *testing.T) {
+	var listed []string
+	for _, r := range refusedLeaderKeys() {
+		listed = append(listed, r.key)
+	}
+	var impl []string
+	for k := range refusedLeaderFlags {
+		impl = append(impl, k)
+	}
+	slices.Sort(listed)
+	slices.Sort(impl)
+	assert.Equal(t, impl, listed)
+}

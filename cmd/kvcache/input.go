@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// document is one YAML document of an input stream, with where it came from.
+type document struct {
+	source string // file name, or "stdin"
+	index  int    // 1-based position in its stream
+	line   int    // line of the stream where the document starts
+	raw    []byte
+}
+
+func (d document) String() string {
+	return fmt.Sprintf("%s: document %d (line %d)", d.source, d.index, d.line)
+}
+
+// readInputs reads every -f value ("-" is stdin) and splits each into documents. A file that
+// cannot be read, or that holds no document at all, is a usage error.
+func readInputs(files []string, stdin io.Reader) ([]document, error) {
+	var docs []document
+	for _, f := range files {
+		var data []byte
+		var err error
+		name := f
+		if f == "-" {
+			name = "stdin"
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(f)
+		}
+		if err != nil {
+			return nil, usageErrorf("cannot read %s: %v", name, err)
+		}
+		d := splitDocuments(name, data)
+		if len(d) == 0 {
+			return nil, usageErrorf("%s: no objects: the file is empty (or holds only comments); give it at least one manifest", name)
+		}
+		docs = append(docs, d...)
+	}
+	return docs, nil
+}
+
+var separator = regexp.MustCompile(`^---(\s.*)?$`)
+
+// splitDocuments splits a YAML stream at "---" lines, keeping each document's first line so
+// errors can point into the file. Documents holding only comments and blank lines are dropped.
+func splitDocuments(source string, data []byte) []document {
+	var docs []document
+	lines := strings.SplitAfter(string(data), "\n")
+	start, index := 1, 0
+	var cur bytes.Buffer
+	flush := func() {
+		if hasContent(cur.Bytes()) {
+			index++
+			docs = append(docs, document{source: source, index: index, line: start, raw: append([]byte(nil), cur.Bytes()...)})
+		}
+		cur.Reset()
+	}
+	for i, l := range lines {
+		if separator.MatchString(strings.TrimRight(l, "\r\n")) {
+			flush()
+			start = i + 2
+			continue
+		}
+		cur.WriteString(l)
+	}
+	flush()
+	return docs
+}
+
+func hasContent(doc []byte) bool {
+	for _, l := range strings.Split(string(doc), "\n") {
+		t := strings.TrimSpace(l)
+		if t != "" && !strings.HasPrefix(t, "#") {
+			return true
+		}
+	}
+	return false
+}
+
+var yamlLine = regexp.MustCompile(`line (\d+)`)
+
+// toJSON converts a document to JSON, rewriting the parser's line numbers to lines of the file.
+func (d document) toJSON() ([]byte, error) {
+	j, err := yaml.YAMLToJSONStrict(d.raw)
+	if err != nil {
+		msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
+			return fmt.Sprintf("line %d", n+d.line-1)
+		})
+		return nil, fmt.Errorf("%s: YAML syntax error: %s", d, strings.TrimPrefix(msg, "error converting YAML to JSON: "))
+	}
+	return j, nil
+}
+
+// typeMeta reads a document's apiVersion and kind.
+func (d document) typeMeta() (schema.GroupVersionKind, []byte, error) {
+	j, err := d.toJSON()
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, err
+	}
+	var tm metav1.TypeMeta
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &tm); err != nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s: not a Kubernetes object: %w", d, err)
+	}
+	if tm.APIVersion == "" || tm.Kind == "" {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s: apiVersion and kind are required", d)
+	}
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s: apiVersion %q: %w", d, tm.APIVersion, err)
+	}
+	return gv.WithKind(tm.Kind), j, nil
+}
+
+// decodeStrict decodes JSON into obj, refusing unknown and duplicate fields with their full
+// path (e.g. unknown field "spec.connection.managed.members[0].capacity").
+func (d document) decodeStrict(j []byte, obj any) error {
+	strict, err := sigsjson.UnmarshalStrict(j, obj)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d, err)
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return fmt.Errorf("%s: %s", d, strings.Join(msgs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsjson "sigs.k8s.io/json"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+// apiKinds are the kinds of this project's API that the CLI reads, in the order the
+// walkthrough creates them.
+var apiKinds = []string{"Setting", "InstanceType", "KVCacheBackend", "KVCachePool", "KVCachePoolBinding", "ModelDeployment"}
+
+// newAPIObject returns an empty object of one of this API's kinds.
+func newAPIObject(kind string) (kvObject, bool) {
+	switch kind {
+	case "KVCacheBackend":
+		return &kvv1.KVCacheBackend{}, true
+	case "KVCachePool":
+		return &kvv1.KVCachePool{}, true
+	case "KVCachePoolBinding":
+		return &kvv1.KVCachePoolBinding{}, true
+	case "ModelDeployment":
+		return &kvv1.ModelDeployment{}, true
+	case "InstanceType":
+		return &kvv1.InstanceType{}, true
+	case "Setting":
+		return &kvv1.Setting{}, true
+	}
+	return nil, false
+}
+
+// kvObject is any kind of this API.
+type kvObject interface {
+	GetName() string
+	GetNamespace() string
+	SetNamespace(string)
+	Default()
+}
+
+// namespaced reports whether a kind of this API is namespaced.
+func namespaced(kind string) bool { return kind == "KVCachePoolBinding" || kind == "ModelDeployment" }
+
+// apiInput is a set of this API's objects read from files.
+type apiInput struct {
+	backends []kvv1.KVCacheBackend
+	pools    []kvv1.KVCachePool
+	bindings []kvv1.KVCachePoolBinding
+	models   []kvv1.ModelDeployment
+	types    []kvv1.InstanceType
+	settings []kvv1.Setting
+}
+
+// decodeAPIObject decodes a document that must be one of this API's kinds. Anything else is a
+// usage error naming what is accepted.
+func decodeAPIObject(d document) (kvObject, string, error) {
+	gvk, j, err := d.typeMeta()
+	if err != nil {
+		return nil, "", err
+	}
+	obj, known := newAPIObject(gvk.Kind)
+	switch {
+	case gvk.Group == kvv1.GroupVersion.Group && gvk.Version != kvv1.GroupVersion.Version:
+		return nil, "", fmt.Errorf("%s: apiVersion %s is not served: use %s", d, gvk.GroupVersion(), kvv1.GroupVersion)
+	case gvk.Group != kvv1.GroupVersion.Group || !known:
+		return nil, "", fmt.Errorf("%s: kind %s (%s) is not an input here: give %s objects of %s", d, gvk.Kind, gvk.GroupVersion(), strings.Join(apiKinds, ", "), kvv1.GroupVersion)
+	}
+	if err := d.decodeStrict(j, obj); err != nil {
+		if errors.Is(err, resource.ErrFormatWrong) || strings.Contains(err.Error(), "quantities must match") {
+			if where := badQuantity(j); where != "" {
+				return nil, "", fmt.Errorf("%s: %s", d, where)
+			}
+		}
+		return nil, "", err
+	}
+	if namespaced(gvk.Kind) && obj.GetNamespace() == "" {
+		obj.SetNamespace("default")
+	}
+	if obj.GetName() == "" {
+		return nil, "", fmt.Errorf("%s: %s needs metadata.name", d, gvk.Kind)
+	}
+	return obj, gvk.Kind, nil
+}
+
+// quantityFields are the field names of this API that hold a resource.Quantity.
+var quantityFields = map[string]bool{"capacityPerMember": true, "localBufferSize": true, "total": true, "ceiling": true, "cpuPerAccelerator": true, "memoryPerAccelerator": true}
+
+// badQuantity finds the first quantity field that does not parse and says where and why; the
+// JSON decoder's own error names neither.
+func badQuantity(j []byte) string {
+	var u any
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &u); err != nil {
+		return ""
+	}
+	var walk func(path string, v any) string
+	walk = func(path string, v any) string {
+		switch t := v.(type) {
+		case map[string]any:
+			keys := make([]string, 0, len(t))
+			for k := range t {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				if s, ok := t[k].(string); ok && quantityFields[k] {
+					if _, err := resource.ParseQuantity(s); err != nil {
+						return fmt.Sprintf("%s: %q is not a quantity: write a number with a suffix, e.g. 8Gi or 512Mi", p, s)
+					}
+				}
+				if w := walk(p, t[k]); w != "" {
+					return w
+				}
+			}
+		case []any:
+			for i, c := range t {
+				if w := walk(fmt.Sprintf("%s[%d]", path, i), c); w != "" {
+					return w
+				}
+			}
+		}
+		return ""
+	}
+	return walk("", u)
+}
+
+// readAPIInput decodes every document as one of this API's kinds and refuses duplicates.
+func readAPIInput(docs []document) (*apiInput, error) {
+	in := &apiInput{}
+	seen := map[string]document{}
+	for _, d := range docs {
+		obj, kind, err := decodeAPIObject(d)
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		key := schema.GroupKind{Group: kvv1.GroupVersion.Group, Kind: kind}.String() + " " + obj.GetNamespace() + "/" + obj.GetName()
+		if prev, dup := seen[key]; dup {
+			return nil, invalidErrorf("%s: %s %s is also defined at %s; keep one", d, kind, qualifiedName(obj), prev)
+		}
+		seen[key] = d
+		obj.Default()
+		switch o := obj.(type) {
+		case *kvv1.KVCacheBackend:
+			in.backends = append(in.backends, *o)
+		case *kvv1.KVCachePool:
+			in.pools = append(in.pools, *o)
+		case *kvv1.KVCachePoolBinding:
+			in.bindings = append(in.bindings, *o)
+		case *kvv1.ModelDeployment:
+			in.models = append(in.models, *o)
+		case *kvv1.InstanceType:
+			in.types = append(in.types, *o)
+		case *kvv1.Setting:
+			in.settings = append(in.settings, *o)
+		}
+	}
+	return in, nil
+}
+
+func qualifiedName(o kvObject) string {
+	if o.GetNamespace() != "" {
+		return o.GetNamespace() + "/" + o.GetName()
+	}
+	return o.GetName()
+}
+
+// settingValues is the Setting catalog's defaults overlaid with the input's Settings: what a
+// default install of the chart plus these objects would hold.
+func (in *apiInput) settingValues() map[string]string {
+	v := kvv1.SettingCatalog()
+	for _, s := range in.settings {
+		v[s.Name] = s.Spec.Value
+	}
+	return v
+}
+
+func (in *apiInput) pool(name string) *kvv1.KVCachePool {
+	for i := range in.pools {
+		if in.pools[i].Name == name {
+			return &in.pools[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/values"
+)
+
+// kvcache runs the CLI in-process and returns exit code, stdout and stderr.
+func kvcache(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestStoreSnapshots(t *testing.T) {
+	for _, c := range golden.Cases(t, golden.Dir("store"), ".input.yaml", ".yaml") {
+		t.Run(c.Name, func(t *testing.T) {
+			code, out, errOut := kvcache(t, "", "render", "-f", c.Input)
+			require.Equal(t, 0, code, "stderr: %s", errOut)
+			golden.Assert(t, c.Golden, []byte(out))
+		})
+	}
+}
+
+func TestRenderWithoutInputRendersTheWalkthrough(t *testing.T) {
+	code, builtIn, errOut := kvcache(t, "", "render")
+	require.Equal(t, 0, code, errOut)
+	code, fromStdin, errOut := kvcache(t, string(values.Walkthrough()), "render", "-f", "-")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, fromStdin, builtIn, "the built-in example must be the walkthrough file")
+	assert.Contains(t, builtIn, "name: mooncake-dram-leader")
+	assert.Contains(t, builtIn, "kind: DaemonSet")
+}
+
+func TestRenderIsByteStable(t *testing.T) {
+	input := filepath.Join(golden.Dir("store"), "shared-ledger.input.yaml")
+	_, first, _ := kvcache(t, "", "render", "-f", input)
+	for range 20 {
+		_, again, _ := kvcache(t, "", "render", "-f", input)
+		require.Equal(t, first, again)
+	}
+}
+
+func TestRenderJSONIsAList(t *testing.T) {
+	code, out, errOut := kvcache(t, "", "render", "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, strings.HasPrefix(out, "{\n    \"apiVersion\": \"v1\",\n    \"items\": ["), out[:80])
+	assert.Contains(t, out, `"kind": "List"`)
+}
+
+func TestRenderSystemNamespace(t *testing.T) {
+	code, out, errOut := kvcache(t, "", "render", "--system-namespace", "kv-store")
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, out, "gpustack-system")
+	assert.Contains(t, out, "value: mooncake-dram-leader.kv-store.svc:50051")
+}
+
+// writeFile puts content in a temp file and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+const backendHead = `apiVersion: worker.gpustack.ai/v1
+kind: KVCacheBackend
+metadata:
+  name: store
+spec:
+`
+
+func TestRenderRefusesBadInput(t *testing.T) {
+	cases := []struct {
+		name     string
+		input    string
+		wantCode int
+		wantErr  string
+	}{
+		{
+			name:     "an empty file says it holds no objects",
+			input:    "# nothing here\n",
+			wantCode: exitUsage,
+			wantErr:  "no objects: the file is empty",
+		},
+		{
+			name:     "an unknown kind names what is accepted",
+			input:    "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n",
+			wantCode: exitUsage,
+			wantErr:  "document 1 (line 1): kind Deployment (apps/v1) is not an input here: give Setting, InstanceType, KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelDeployment objects of worker.gpustack.ai/v1",
+		},
+		{
+			name:     "a wrong apiVersion names the served one",
+			input:    "apiVersion: worker.gpustack.ai/v2\nkind: KVCachePool\nmetadata:\n  name: x\n",
+			wantCode: exitUsage,
+			wantErr:  "apiVersion worker.gpustack.ai/v2 is not served: use worker.gpustack.ai/v1",
+		},
+		{
+			name:     "a YAML syntax error gives the line in the file",
+			input:    "# first\n---\napiVersion: worker.gpustack.ai/v1\nkind: KVCachePool\nmetadata:\n  name: x\n   bad: indent\n",
+			wantCode: exitUsage,
+			wantErr:  "line 7",
+		},
+		{
+			name:     "an unknown field is named with its path",
+			input:    backendHead + "  connection:\n    managed:\n      members:\n        - nodeSelector: {a: b}\n          capacityPerMembr: 8Gi\n",
+			wantCode: exitUsage,
+			wantErr:  `unknown field "spec.connection.managed.members[0].capacityPerMembr"`,
+		},
+		{
+			name:     "a quantity that does not parse is named with its path",
+			input:    backendHead + "  connection:\n    managed:\n      members:\n        - nodeSelector: {a: b}\n          capacityPerMember: 8GB\n",
+			wantCode: exitUsage,
+			wantErr:  `spec.connection.managed.members[0].capacityPerMember: "8GB" is not a quantity: write a number with a suffix, e.g. 8Gi or 512Mi`,
+		},
+		{
+			name:     "an invalid object exits 1 with the validation message",
+			input:    backendHead + "  connection: {}\n",
+			wantCode: exitInvalid,
+			wantErr:  "invalid: KVCacheBackend/store: spec.connection: Required value: exactly one of spec.connection.managed (the operator runs the store) or spec.connection.external (an existing store) must be set",
+		},
+		{
+			name:     "the same object twice is refused",
+			input:    "apiVersion: worker.gpustack.ai/v1\nkind: KVCachePool\nmetadata: {name: p}\nspec: {backends: [b], quota: {total: 1Gi}}\n---\napiVersion: worker.gpustack.ai/v1\nkind: KVCachePool\nmetadata: {name: p}\nspec: {backends: [b], quota: {total: 1Gi}}\n",
+			wantCode: exitInvalid,
+			wantErr:  "KVCachePool p is also defined at",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := kvcache(t, "", "render", "-f", writeFile(t, "in.yaml", c.input))
+			assert.Equal(t, c.wantCode, code)
+			assert.Empty(t, out, "nothing may be printed on stdout when rendering fails")
+			assert.Contains(t, errOut, c.wantErr)
+		})
+	}
+}
+
+func TestRenderUsageErrors(t *testing.T) {
+	code, out, errOut := kvcache(t, "", "render", "-f", "/does/not/exist.yaml")
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "cannot read /does/not/exist.yaml")
+
+	code, _, errOut = kvcache(t, "", "render", "-o", "table")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, `--output "table": use yaml or json`)
+
+	code, _, _ = kvcache(t, "", "render", "--no-such-flag")
+	assert.Equal(t, exitUsage, code)
+}

@@ -1,0 +1,365 @@
+package generator
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/values"
+)
+
+// Labels and annotations the store objects carry.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+
+	// StoreName is the app.kubernetes.io/name of every store object.
+	StoreName = "kv-cache-backend"
+	// ManagedBy is the app.kubernetes.io/managed-by of everything the operator renders.
+	ManagedBy = "kvcache-operator"
+
+	// LabelPodSpecHash on a member Pod template is a hash of the template without its node
+	// placement. Member DaemonSets update OnDelete; the operator deletes member Pods whose hash
+	// is stale, so widening a nodeSelector restarts nobody.
+	LabelPodSpecHash = "kvcache.gpustack.ai/pod-spec-hash"
+
+	// DefaultSystemNamespace is where managed stores run unless told otherwise.
+	DefaultSystemNamespace = "gpustack-system"
+)
+
+// Tenant is one ledger entry the seed policy file carries: a domain and its requested quota.
+type Tenant struct {
+	Name       string
+	QuotaBytes int64
+}
+
+// StoreInput is everything the rendered store of one backend depends on.
+type StoreInput struct {
+	// Backend, defaulted (the API server's defaults or kvv1's Default()).
+	Backend *kvv1.KVCacheBackend
+	// SystemNamespace the store runs in; empty means DefaultSystemNamespace.
+	SystemNamespace string
+	// BackendImageSetting is the value of the Setting kv-cache-backend-image ("" when absent).
+	BackendImageSetting string
+	// Tenants seed the master's ledger (multi-tenancy only).
+	Tenants []Tenant
+}
+
+// storeValues is the typed data the store templates lay out.
+type storeValues struct {
+	Name             string
+	Namespace        string
+	Owner            metav1.OwnerReference
+	ImagePullPolicy  corev1.PullPolicy
+	ImagePullSecrets []corev1.LocalObjectReference
+	Ports            values.Store
+	Leader           leaderValues
+	Members          []memberValues
+	MemberAccount    string // ServiceAccount members run as ("" when not electing)
+	// QuotaPolicy is the seed ledger file's content ("" without multi-tenancy).
+	QuotaPolicy string
+	Tenants     []Tenant
+}
+
+type leaderValues struct {
+	Name           string
+	Image          string
+	Replicas       int32
+	RollingUpdate  bool
+	Electing       bool
+	ServiceAccount string
+	MultiTenancy   bool
+	PolicyConfig   string // ConfigMap holding the seed policy
+	Args           []string
+	Env            []corev1.EnvVar
+}
+
+type memberValues struct {
+	Index         int
+	Name          string
+	Component     string
+	Image         string
+	RestPort      int32
+	NodeSelector  map[string]string
+	Args          []string
+	Env           []corev1.EnvVar
+	MemoryRequest string // "" renders no request
+	Fabric        *fabricValues
+}
+
+// fabricValues are the grants a member needs to reach an RDMA or EFA device.
+type fabricValues struct {
+	ResourceName string
+	Count        int32
+}
+
+// LeaderName is the leader Deployment, Service, Lease and ServiceAccount name of a backend.
+func LeaderName(backend string) string { return backend + "-leader" }
+
+// MemberAccountName is the ServiceAccount of a backend's members when electing.
+func MemberAccountName(backend string) string { return backend + "-member" }
+
+// MemberName is the DaemonSet name of member group i.
+func MemberName(backend string, i int) string { return backend + "-member-" + strconv.Itoa(i) }
+
+// QuotaPolicyName is the ConfigMap seeding the master's tenant ledger.
+func QuotaPolicyName(backend string) string { return backend + "-tenant-quota-policy" }
+
+// ClientEndpoint is the master RPC address of a managed backend.
+func ClientEndpoint(backend, ns string, d values.Defaults) string {
+	return fmt.Sprintf("%s.%s.svc:%d", LeaderName(backend), ns, d.Store.RPCPort)
+}
+
+// AdminEndpoint is the master HTTP address of a managed backend.
+func AdminEndpoint(backend, ns string, d values.Defaults) string {
+	return fmt.Sprintf("%s.%s.svc:%d", LeaderName(backend), ns, d.Store.AdminPort)
+}
+
+func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
+	b := in.Backend
+	m := b.Spec.Connection.Managed
+	ns := in.SystemNamespace
+	if ns == "" {
+		ns = DefaultSystemNamespace
+	}
+	d := r.defaults
+	l := m.Leader
+	v := &storeValues{
+		Name:      b.Name,
+		Namespace: ns,
+		Owner: metav1.OwnerReference{
+			APIVersion:         kvv1.GroupVersion.String(),
+			Kind:               "KVCacheBackend",
+			Name:               b.Name,
+			UID:                b.UID,
+			Controller:         ptrTo(true),
+			BlockOwnerDeletion: ptrTo(true),
+		},
+		ImagePullPolicy:  b.Spec.ImagePullPolicy,
+		ImagePullSecrets: b.Spec.ImagePullSecrets,
+		Ports:            d.Store,
+	}
+	leader := leaderValues{
+		Name:          LeaderName(b.Name),
+		Image:         b.StoreImage(-1, in.BackendImageSetting),
+		Replicas:      l.ReplicaCount(),
+		RollingUpdate: l.ReplicaCount() > 1,
+		Electing:      l.Electing(),
+		MultiTenancy:  l.MultiTenancyEnabled(),
+	}
+	if leader.Image == "" {
+		return nil, fmt.Errorf("KVCacheBackend %s: no store image: set spec.image or create the Setting %s", b.Name, kvv1.SettingKVCacheBackendImage)
+	}
+	if leader.Electing {
+		leader.ServiceAccount = LeaderName(b.Name)
+		v.MemberAccount = MemberAccountName(b.Name)
+	}
+	if leader.MultiTenancy {
+		leader.PolicyConfig = QuotaPolicyName(b.Name)
+		v.Tenants = sortedTenants(in.Tenants)
+	}
+	leader.Args = leaderArgs(b.Name, ns, l, d)
+	leader.Env = leaderEnv(l)
+	v.Leader = leader
+
+	master := ClientEndpoint(b.Name, ns, d)
+	if l.MemberAddressing == kvv1.AddressingLease {
+		master = fmt.Sprintf("k8s://%s/%s", ns, LeaderName(b.Name))
+	}
+	for i, g := range m.Members {
+		mv, err := memberValuesFor(b, i, g, master, in.BackendImageSetting, d)
+		if err != nil {
+			return nil, err
+		}
+		v.Members = append(v.Members, mv)
+	}
+	return v, nil
+}
+
+// leaderArgs are mooncake_master's flags in the documented order; extraArgs come last.
+func leaderArgs(backend, ns string, l kvv1.Leader, d values.Defaults) []string {
+	args := []string{
+		fmt.Sprintf("-rpc_port=%d", d.Store.RPCPort),
+		fmt.Sprintf("-metrics_port=%d", d.Store.AdminPort),
+		"-default_kv_lease_ttl=" + d.Store.DefaultKVLeaseTTL,
+	}
+	if l.Electing() {
+		args = append(args,
+			"-enable_ha=true",
+			"-ha_backend_type=k8s",
+			fmt.Sprintf("-ha_backend_connstring=%s/%s", ns, LeaderName(backend)),
+			"-rpc_address=$(KUBERNETES_POD_IP)",
+			"-cluster_id="+LeaderName(backend),
+		)
+	}
+	args = append(args, "-allocation_strategy="+allocationFlag(l.AllocationStrategy))
+	if l.MultiTenancyEnabled() {
+		args = append(args,
+			"-enable_multi_tenants=true",
+			fmt.Sprintf("-tenant_quota_connector_uri=%s/%s", d.Store.TenantQuotaDir, d.Store.TenantQuotaFile),
+		)
+	}
+	if l.Electing() {
+		args = append(args, "-pod_name=$(KUBERNETES_POD_NAME)", "-pod_namespace=$(KUBERNETES_POD_NAMESPACE)")
+	}
+	return append(args, l.ExtraArgs...)
+}
+
+// allocationFlag is the master's spelling of an allocation strategy.
+func allocationFlag(s kvv1.AllocationStrategy) string {
+	if s == kvv1.AllocationRandom {
+		return "random"
+	}
+	return "free_ratio_first"
+}
+
+// leaderEnv gives an electing master its own address and identity through the downward API
+// (the args reference them as $(VAR)), then the user's extraEnv.
+func leaderEnv(l kvv1.Leader) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	if l.Electing() {
+		env = append(env,
+			fieldEnv("KUBERNETES_POD_IP", "status.podIP"),
+			fieldEnv("KUBERNETES_POD_NAME", "metadata.name"),
+			fieldEnv("KUBERNETES_POD_NAMESPACE", "metadata.namespace"),
+		)
+	}
+	return append(env, l.ExtraEnv...)
+}
+
+func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, setting string, d values.Defaults) (memberValues, error) {
+	mv := memberValues{
+		Index:        i,
+		Name:         MemberName(b.Name, i),
+		Component:    "member-" + strconv.Itoa(i),
+		Image:        b.StoreImage(i, setting),
+		RestPort:     d.Store.MemberRestPortBase + int32(i),
+		NodeSelector: g.NodeSelector,
+	}
+	if mv.Image == "" {
+		return mv, fmt.Errorf("KVCacheBackend %s: member group %d: no store image: set spec.connection.managed.members[%d].image, spec.image or the Setting %s", b.Name, i, i, kvv1.SettingKVCacheBackendImage)
+	}
+	protocol := b.EffectiveProtocol(i).StoreSpelling()
+	mv.Args = append([]string{fmt.Sprintf("--port=%d", mv.RestPort)}, g.ExtraArgs...)
+	mv.Env = []corev1.EnvVar{
+		{Name: "MOONCAKE_MASTER", Value: master},
+		{Name: "MOONCAKE_TE_META_DATA_SERVER", Value: "P2PHANDSHAKE"},
+		{Name: "MOONCAKE_PROTOCOL", Value: protocol},
+		fieldEnv("MOONCAKE_LOCAL_HOSTNAME", "status.podIP"),
+		{Name: "MOONCAKE_GLOBAL_SEGMENT_SIZE", Value: strconv.FormatInt(g.CapacityPerMember.Value(), 10)},
+	}
+	if g.LocalBufferSize != nil {
+		mv.Env = append(mv.Env, corev1.EnvVar{Name: "MOONCAKE_LOCAL_BUFFER_SIZE", Value: strconv.FormatInt(g.LocalBufferSize.Value(), 10)})
+	}
+	mv.Env = append(mv.Env, corev1.EnvVar{Name: "MC_TE_METRIC", Value: "1"})
+	mv.Env = append(mv.Env, g.ExtraEnv...)
+
+	// DRAM members hold their segment in the Pod's own memory, so the request claims it; a VRAM
+	// segment lives on the device and only the staging buffer is host memory. No limit: the
+	// process needs room beyond its segment, and a limit at the segment size would OOM-kill it.
+	var mem resource.Quantity
+	if g.Medium != kvv1.MediumVRAM {
+		mem = g.CapacityPerMember.DeepCopy()
+	}
+	if g.LocalBufferSize != nil {
+		mem.Add(*g.LocalBufferSize)
+	}
+	if !mem.IsZero() {
+		mv.MemoryRequest = mem.String()
+	}
+
+	count := int32(1)
+	if g.FabricInterfaceCount != nil {
+		count = *g.FabricInterfaceCount
+	}
+	switch protocol {
+	case "rdma":
+		mv.Fabric = &fabricValues{ResourceName: d.Store.RDMASharedResource, Count: 1}
+		if count > 1 {
+			mv.Fabric = &fabricValues{ResourceName: d.Store.RDMAResource, Count: count}
+		}
+	case "efa":
+		mv.Fabric = &fabricValues{ResourceName: d.Store.EFAResource, Count: count}
+	}
+	return mv, nil
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+func sortedTenants(in []Tenant) []Tenant {
+	out := append([]Tenant(nil), in...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// RenderStore renders every object of a managed backend's store. An external backend renders
+// nothing: the operator only observes it.
+func (r *Renderer) RenderStore(in StoreInput) ([]Object, error) {
+	if in.Backend.Spec.Connection.Managed == nil {
+		return nil, nil
+	}
+	v, err := r.storeValues(in)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := r.engine.ExecuteDir("store", v)
+	if err != nil {
+		return nil, fmt.Errorf("render store of KVCacheBackend %s: %w", in.Backend.Name, err)
+	}
+	objs, err := r.decoder.decodeAll("store of KVCacheBackend "+in.Backend.Name, stream)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			if err := stampPodSpecHash(ds); err != nil {
+				return nil, err
+			}
+		}
+	}
+	SortObjects(objs)
+	return objs, nil
+}
+
+// PodSpecHash hashes a member Pod template without its node placement (nodeSelector, affinity,
+// and the hash label itself), so that only changes that alter what a member runs mark its Pods
+// stale.
+func PodSpecHash(t *corev1.PodTemplateSpec) (string, error) {
+	c := t.DeepCopy()
+	delete(c.Labels, LabelPodSpecHash)
+	c.Spec.NodeSelector = nil
+	c.Spec.Affinity = nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16], nil
+}
+
+func stampPodSpecHash(ds *appsv1.DaemonSet) error {
+	h, err := PodSpecHash(&ds.Spec.Template)
+	if err != nil {
+		return err
+	}
+	if ds.Spec.Template.Labels == nil {
+		ds.Spec.Template.Labels = map[string]string{}
+	}
+	ds.Spec.Template.Labels[LabelPodSpecHash] = h
+	return nil
+}

@@ -1,0 +1,16 @@
+// Package templates holds the Go text templates (Helm dialect: sprig, include, required, toYaml,
+// tpl) of every object this project renders, embedded so the binary carries them. It owns
+// layout only: the generator package computes every value and decision and hands them in.
+//
+//   - store/: the managed Mooncake store (leader Deployment and Service, Lease RBAC, member
+//     DaemonSets with the fabric partial, the tenant quota policy seed).
+//
+// Files whose names start with an underscore hold partials (`define`) and render nothing.
+package templates
+
+import "embed"
+
+// FS holds every template, keyed by its path under this directory.
+//
+//go:embed all:store
+var FS embed.FS

@@ -1,0 +1,57 @@
+// Package values owns the constants of rendered output (ports, sizes, resource names), read
+// from the embedded defaults.yaml, and the built-in example manifests (examples/) that
+// `kvcache render` uses when it is given no input.
+package values
+
+import (
+	_ "embed"
+	"fmt"
+
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed defaults.yaml
+var defaultsYAML []byte
+
+//go:embed examples/walkthrough.yaml
+var walkthroughYAML []byte
+
+// Store holds the store's ports, sizes and resource names.
+type Store struct {
+	RPCPort            int32  `json:"rpcPort"`
+	AdminPort          int32  `json:"adminPort"`
+	DefaultKVLeaseTTL  string `json:"defaultKVLeaseTTL"`
+	MemberRestPortBase int32  `json:"memberRestPortBase"`
+	TenantQuotaDir     string `json:"tenantQuotaDir"`
+	TenantQuotaFile    string `json:"tenantQuotaFile"`
+	RDMASharedResource string `json:"rdmaSharedResource"`
+	RDMAResource       string `json:"rdmaResource"`
+	EFAResource        string `json:"efaResource"`
+}
+
+// Injection holds the sizes injection writes or budgets for.
+type Injection struct {
+	LocalBufferSize       int64 `json:"localBufferSize"`
+	SGLangLocalBufferSize int64 `json:"sglangLocalBufferSize"`
+}
+
+// Defaults is the parsed defaults.yaml.
+type Defaults struct {
+	Store     Store     `json:"store"`
+	Injection Injection `json:"injection"`
+}
+
+// Load parses the embedded defaults. It fails only if defaults.yaml itself is broken, which a
+// unit test catches.
+func Load() (Defaults, error) {
+	var d Defaults
+	if err := yaml.UnmarshalStrict(defaultsYAML, &d); err != nil {
+		return Defaults{}, fmt.Errorf("values/defaults.yaml: %w", err)
+	}
+	return d, nil
+}
+
+// Walkthrough returns the built-in example: the walkthrough's backend, pool and Binding.
+func Walkthrough() []byte {
+	return append([]byte(nil), walkthroughYAML...)
+}
