@@ -45,8 +45,10 @@ install_built() {
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every staging module with a
 # local path. A throwaway module requires it and replaces each staging module with the published
 # version instead; the staging list is read from kubernetes' own go.mod.
-build_k8s() {
-  local work; work=$(mktemp -d)
+# Each builder runs in its own subshell (the "( ... )" bodies), so its scratch directory and EXIT
+# trap end with it.
+build_k8s() (
+  work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   (
     cd "$work"
@@ -71,10 +73,10 @@ build_k8s() {
       install_built "$work/$t" "$(tool_path "$t")"
     done
   )
-}
+)
 
-build_etcd() {
-  local work; work=$(mktemp -d)
+build_etcd() (
+  work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   (
     cd "$work"
@@ -83,11 +85,11 @@ build_etcd() {
     go build -trimpath -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3
     install_built "$work/etcd" "$(tool_path etcd)"
   )
-}
+)
 
 # helm's version checks read these variables; unset, helm believes the cluster is 1.20.
-build_helm() {
-  local work; work=$(mktemp -d)
+build_helm() (
+  work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
@@ -96,14 +98,14 @@ build_helm() {
   done
   GOBIN=$work go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   install_built "$work/helm" "$(tool_path helm)"
-}
+)
 
-go_install() { # go_install TOOL MODULE_PATH@VERSION
-  local work; work=$(mktemp -d)
+go_install() ( # go_install TOOL MODULE_PATH@VERSION
+  work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   GOBIN=$work go install -trimpath "$2"
   install_built "$work/$1" "$(tool_path "$1")"
-}
+)
 
 build() {
   case "$1" in
