@@ -42,7 +42,7 @@ test: tools
 
 ## snapshots: refresh golden files (review every diff before committing)
 snapshots:
-	go test ./... -run 'Snapshot' -update
+	go test ./... -run 'Snapshot|Golden' -update
 
 ## lint: gofmt, go vet and golangci-lint with the repo config
 lint:

@@ -19,7 +19,8 @@ func Marshal(objs []Object, format string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 		}
-		prune(u)
+		delete(u, "status")
+		PruneUnset(u)
 		items = append(items, u)
 	}
 	switch format {
@@ -46,11 +47,14 @@ func Marshal(objs []Object, format string) ([]byte, error) {
 	}
 }
 
-// prune removes what a typed object carries only because Go structs cannot be absent: the
-// status (rendered objects have none; the cluster writes it), null creationTimestamps at any
-// depth (pod templates carry one too) and empty container resources.
-func prune(u map[string]any) {
-	delete(u, "status")
+// PruneUnset removes what a typed object carries only because Go structs cannot be absent: an
+// empty status, null creationTimestamps at any depth (pod templates carry one too) and empty
+// container resources. (Marshal also drops the status of rendered objects: the cluster writes
+// it.)
+func PruneUnset(u map[string]any) {
+	if s, ok := u["status"].(map[string]any); ok && len(s) == 0 {
+		delete(u, "status")
+	}
 	pruneUnset(u)
 }
 

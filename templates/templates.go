@@ -12,5 +12,5 @@ import "embed"
 
 // FS holds every template, keyed by its path under this directory.
 //
-//go:embed all:store
+//go:embed all:store all:engines
 var FS embed.FS

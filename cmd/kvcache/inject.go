@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+)
+
+type injectOptions struct {
+	files           []string
+	cluster         []string
+	systemNamespace string
+	output          string
+}
+
+func newInjectCommand() *cobra.Command {
+	o := &injectOptions{}
+	cmd := &cobra.Command{
+		Use:   "inject -f FILE [--cluster FILE]...",
+		Short: "Apply exactly the admission webhook's injection to the Pods and pod templates in FILE",
+		Long: `Inject applies the Pod mutating webhook's injection to every Pod and pod template (Pod,
+Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) in FILE and prints the result.
+Other documents, and Pods without the kvcache.gpustack.ai/inject: "true" label, pass through
+unchanged.
+
+--cluster files hold the objects the webhook would read: KVCachePoolBindings, KVCachePools,
+KVCacheBackends and Settings. A pool without status gets the status the operator would publish.
+
+A refused Pod exits 1 with "refused: <kind>/<name>: <message>" on stderr and nothing on stdout.
+Admission warnings are printed on stderr as "warning: ...".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := o.run(cmd)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to inject (repeatable; - reads stdin)")
+	cmd.Flags().StringArrayVar(&o.cluster, "cluster", nil, "objects the webhook would read: Bindings, pools, backends, Settings (repeatable)")
+	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace managed stores run in (for derived pool endpoints)")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
+	return cmd
+}
+
+// podHolder kinds: where each keeps its Pod template.
+var podHolders = map[schema.GroupKind]func() runtime.Object{
+	{Kind: "Pod"}:                        func() runtime.Object { return &corev1.Pod{} },
+	{Group: "apps", Kind: "Deployment"}:  func() runtime.Object { return &appsv1.Deployment{} },
+	{Group: "apps", Kind: "StatefulSet"}: func() runtime.Object { return &appsv1.StatefulSet{} },
+	{Group: "apps", Kind: "DaemonSet"}:   func() runtime.Object { return &appsv1.DaemonSet{} },
+	{Group: "apps", Kind: "ReplicaSet"}:  func() runtime.Object { return &appsv1.ReplicaSet{} },
+	{Group: "batch", Kind: "Job"}:        func() runtime.Object { return &batchv1.Job{} },
+	{Group: "batch", Kind: "CronJob"}:    func() runtime.Object { return &batchv1.CronJob{} },
+}
+
+// podTemplate returns the Pod metadata and spec an object holds.
+func podTemplate(obj runtime.Object) (*metav1.ObjectMeta, *corev1.PodSpec) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return &o.ObjectMeta, &o.Spec
+	case *appsv1.Deployment:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *appsv1.StatefulSet:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *appsv1.ReplicaSet:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *batchv1.Job:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *batchv1.CronJob:
+		return &o.Spec.JobTemplate.Spec.Template.ObjectMeta, &o.Spec.JobTemplate.Spec.Template.Spec
+	}
+	return nil, nil
+}
+
+// outDoc is one output document: its original bytes when unchanged, or the injected document
+// (the original with only the Pod's labels, annotations and spec replaced).
+type outDoc struct {
+	raw []byte
+	obj map[string]any
+}
+
+// templatePath is where each pod holder keeps its Pod template ("" path: the object itself).
+var templatePath = map[string][]string{
+	"Pod":     nil,
+	"CronJob": {"spec", "jobTemplate", "spec", "template"},
+}
+
+func podTemplatePath(kind string) []string {
+	if p, ok := templatePath[kind]; ok {
+		return p
+	}
+	return []string{"spec", "template"}
+}
+
+func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
+	if o.output != "yaml" && o.output != "json" {
+		return nil, usageErrorf("--output %q: use yaml or json", o.output)
+	}
+	if len(o.files) == 0 {
+		return nil, usageErrorf("-f FILE is required: the manifests to inject")
+	}
+	docs, err := readInputs(o.files, cmd.InOrStdin())
+	if err != nil {
+		return nil, err
+	}
+	var clusterDocs []document
+	if len(o.cluster) > 0 {
+		if clusterDocs, err = readInputs(o.cluster, cmd.InOrStdin()); err != nil {
+			return nil, err
+		}
+	}
+	cluster, err := readAPIInput(clusterDocs)
+	if err != nil {
+		return nil, err
+	}
+	r, err := generator.NewRenderer()
+	if err != nil {
+		return nil, err
+	}
+	lookup := injection.NewStaticLookup(cluster.backends, cluster.pools, cluster.bindings, cluster.settings, o.systemNamespace, r.Defaults())
+	inj := injection.New(r)
+
+	var outs []outDoc
+	var refusals []string
+	for _, d := range docs {
+		od, refusal, warns, err := injectDocument(cmd.Context(), inj, lookup, d)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range warns {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+		}
+		if refusal != "" {
+			refusals = append(refusals, refusal)
+			continue
+		}
+		outs = append(outs, od)
+	}
+	if len(refusals) > 0 {
+		return nil, invalidErrorf("%s", strings.Join(refusals, "\n"))
+	}
+	return marshalDocs(outs, o.output)
+}
+
+// injectDocument injects one document. It returns the output document, or the refusal line, and
+// the warning lines.
+func injectDocument(ctx context.Context, inj *injection.Injector, lookup injection.Lookup, d document) (outDoc, string, []string, error) {
+	keep := outDoc{raw: d.raw}
+	gvk, j, err := d.typeMeta()
+	if err != nil {
+		return keep, "", nil, usageErrorf("%v", err)
+	}
+	newObj, ok := podHolders[gvk.GroupKind()]
+	if !ok {
+		return keep, "", nil, nil
+	}
+	obj := newObj()
+	if err := d.decodeStrict(j, obj); err != nil {
+		return keep, "", nil, usageErrorf("%v", err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	objMeta, spec := podTemplate(obj)
+	top, _ := obj.(metav1.Object)
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	ns := top.GetNamespace()
+	if ns == "" {
+		ns = "default"
+	}
+	name := top.GetName()
+	if name == "" {
+		name = top.GetGenerateName()
+	}
+	pod := &corev1.Pod{ObjectMeta: *objMeta.DeepCopy(), Spec: *spec.DeepCopy()}
+	if !injection.OptedIn(pod) {
+		return keep, "", nil, nil
+	}
+	pod.Namespace = ns
+	out, res, err := inj.Inject(ctx, pod, ns, lookup)
+	var rf *injection.Refusal
+	if errors.As(err, &rf) {
+		return keep, fmt.Sprintf("refused: %s/%s: %s", gvk.Kind, name, rf.Message), nil, nil
+	}
+	if err != nil {
+		return keep, "", nil, err
+	}
+	var warns []string
+	for _, w := range res.Warnings {
+		warns = append(warns, fmt.Sprintf("%s/%s: %s", gvk.Kind, name, w))
+	}
+	doc, err := replaceTemplate(j, gvk.Kind, out)
+	if err != nil {
+		return keep, "", nil, err
+	}
+	return outDoc{raw: d.raw, obj: doc}, "", warns, nil
+}
+
+// replaceTemplate writes the injected Pod's labels, annotations and spec into the original
+// document, leaving every other field as the user wrote it.
+func replaceTemplate(j []byte, kind string, pod *corev1.Pod) (map[string]any, error) {
+	var doc map[string]any
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &doc); err != nil {
+		return nil, err
+	}
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pod.Spec)
+	if err != nil {
+		return nil, err
+	}
+	generator.PruneUnset(spec)
+	path := podTemplatePath(kind)
+	set := func(v any, fields ...string) error {
+		return unstructured.SetNestedField(doc, v, append(slices.Clone(path), fields...)...)
+	}
+	if err := set(stringMap(pod.Labels), "metadata", "labels"); err != nil {
+		return nil, err
+	}
+	if err := set(stringMap(pod.Annotations), "metadata", "annotations"); err != nil {
+		return nil, err
+	}
+	if err := set(spec, "spec"); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+func stringMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// marshalDocs writes the documents in input order: unchanged ones byte for byte (YAML) and
+// injected ones with sorted keys.
+func marshalDocs(docs []outDoc, format string) ([]byte, error) {
+	var items []any
+	var buf bytes.Buffer
+	for _, d := range docs {
+		var item any
+		if d.obj != nil {
+			item = d.obj
+		} else if format == "json" {
+			j, err := yaml.YAMLToJSON(d.raw)
+			if err != nil {
+				return nil, err
+			}
+			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &item); err != nil {
+				return nil, err
+			}
+		}
+		if format == "json" {
+			items = append(items, item)
+			continue
+		}
+		buf.WriteString("---\n")
+		if d.obj == nil {
+			buf.Write(d.raw)
+			if !bytes.HasSuffix(d.raw, []byte("\n")) {
+				buf.WriteByte('\n')
+			}
+			continue
+		}
+		b, err := yaml.Marshal(item)
+		if err != nil {
+			return nil, err
+		}
+		buf.Write(b)
+	}
+	if format == "json" {
+		b, err := json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "    ")
+		if err != nil {
+			return nil, err
+		}
+		return append(b, '\n'), nil
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,258 @@
+package engines
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Vehicle is how configuration reaches an engine's store client.
+type Vehicle string
+
+// Vehicles.
+const (
+	// VehicleFile: a JSON document projected from the Pod's own annotation and named by
+	// MOONCAKE_CONFIG_PATH (the vLLM family).
+	VehicleFile Vehicle = "file"
+	// VehicleEnvironment: variables alone (SGLang, whose reader consults the process
+	// environment, so the Pod IP can come from a fieldRef).
+	VehicleEnvironment Vehicle = "environment"
+)
+
+// Role is the kvcache.gpustack.ai/role of a Pod, or a ModelDeployment role's kind.
+type Role string
+
+// Roles. RoleNone is a plain server (the annotation left off; ModelDeployment's Server).
+const (
+	RoleNone    Role = ""
+	RolePrefill Role = "Prefill"
+	RoleDecode  Role = "Decode"
+)
+
+// Engine is one engine's definition.
+type Engine struct {
+	// Name as the kvcache.gpustack.ai/engine annotation spells it: vLLM, SGLang, vLLM-Ascend.
+	Name string
+	// ID as the injection record spells it: vllm, sglang, vllm-ascend.
+	ID string
+	// Vehicle that carries the client configuration.
+	Vehicle Vehicle
+	// Connector is the vLLM family's kv_connector ("" for SGLang).
+	Connector string
+	// Parser is how the engine's argument parser reads long flags.
+	Parser Parser
+	// Program is how the engine is launched.
+	Program Program
+	// OwnedFlags are written by injection; a container naming one in any spelling is refused.
+	// The dtype flag is owned only while the Setting model-deployment-kv-cache-dtype-owned is
+	// true (see DtypeFlag).
+	OwnedFlags []string
+	// SourceFlags select where the engine reads its store configuration from: naming one
+	// leaves every injected value unread.
+	SourceFlags []string
+	// SourceEnv are variables that select the mechanism or the configuration source.
+	SourceEnv []string
+	// RefusedFlags are refused for another reason (RefusedFlagReasons says why).
+	RefusedFlags []string
+	// Transports the engine's client accepts, in store spelling; nil means any single one.
+	Transports []string
+	// StagingBuffer is the host memory the client stages transfers in, in bytes; it is charged
+	// to the container and appears in no resources field.
+	StagingBuffer int64
+	// HierarchicalCacheFlag, when set, is appended last unless the container names it: SGLang's
+	// store hangs off its host-memory tier.
+	HierarchicalCacheFlag string
+}
+
+// Flags every engine shares.
+const (
+	// DtypeFlag is handed the Binding's dtype on every engine.
+	DtypeFlag = "--kv-cache-dtype"
+	// MetricEnv and BandwidthMetricEnv are observability toggles, set only when absent.
+	MetricEnv          = "MC_TE_METRIC"
+	BandwidthMetricEnv = "MC_STORE_CLIENT_METRIC_BANDWIDTH"
+	// ConfigPathEnv names the vLLM family's projected file.
+	ConfigPathEnv = "MOONCAKE_CONFIG_PATH"
+	// TenantEnv carries SGLang's tenant.
+	TenantEnv = "MOONCAKE_TENANT_ID"
+)
+
+// vLLM-family and SGLang flag names.
+const (
+	kvTransferConfig       = "--kv-transfer-config"
+	kvOffloadingSize       = "--kv-offloading-size"
+	hicacheStorageBackend  = "--hicache-storage-backend"
+	hicacheExtraConfig     = "--hicache-storage-backend-extra-config"
+	enableHierarchicalFlag = "--enable-hierarchical-cache"
+	sglangConfigPathEnv    = "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"
+)
+
+// Staging buffers: what the vLLM family is given explicitly, and SGLang's own default.
+const (
+	VLLMStagingBuffer   = 128 << 20
+	SGLangStagingBuffer = 16 << 20
+)
+
+var (
+	vllmProgram   = Program{Executable: "vllm", Engine: "vLLM"}
+	sglangProgram = Program{Module: "sglang.launch_server", Engine: "SGLang"}
+)
+
+// The three engines.
+var (
+	VLLM = Engine{
+		Name: "vLLM", ID: "vllm", Vehicle: VehicleFile, Connector: "MooncakeStoreConnector",
+		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
+		Program:       vllmProgram,
+		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
+		SourceEnv:     []string{ConfigPathEnv},
+		RefusedFlags:  []string{kvOffloadingSize},
+		StagingBuffer: VLLMStagingBuffer,
+	}
+	VLLMAscend = Engine{
+		Name: "vLLM-Ascend", ID: "vllm-ascend", Vehicle: VehicleFile, Connector: "AscendStoreConnector",
+		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
+		Program:       Program{Executable: "vllm", Engine: "vLLM-Ascend"},
+		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
+		SourceEnv:     []string{ConfigPathEnv},
+		RefusedFlags:  []string{kvOffloadingSize},
+		Transports:    []string{"ascend"},
+		StagingBuffer: VLLMStagingBuffer,
+	}
+	SGLang = Engine{
+		Name: "SGLang", ID: "sglang", Vehicle: VehicleEnvironment,
+		Parser:                Parser{Known: SGLangKnownFlags},
+		Program:               sglangProgram,
+		OwnedFlags:            []string{hicacheStorageBackend, DtypeFlag},
+		SourceFlags:           []string{hicacheExtraConfig},
+		SourceEnv:             []string{sglangConfigPathEnv},
+		StagingBuffer:         SGLangStagingBuffer,
+		HierarchicalCacheFlag: enableHierarchicalFlag,
+	}
+)
+
+// All lists the engines in the order messages name them.
+func All() []Engine { return []Engine{VLLM, SGLang, VLLMAscend} }
+
+// ByName finds an engine by its annotation spelling (exact case).
+func ByName(name string) (Engine, bool) {
+	for _, e := range All() {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Engine{}, false
+}
+
+// Names lists the annotation spellings, for messages.
+func Names() []string {
+	var n []string
+	for _, e := range All() {
+		n = append(n, e.Name)
+	}
+	return n
+}
+
+// VLLMFamily reports whether the engine reads the projected file (vLLM and vLLM-Ascend).
+func (e Engine) VLLMFamily() bool { return e.Vehicle == VehicleFile }
+
+// KVRole is the vLLM family's kv_role for a Pod role: both directions for a plain server, a
+// producer for a prefill half, a consumer for a decode half.
+func (e Engine) KVRole(r Role) string {
+	switch r {
+	case RolePrefill:
+		return "kv_producer"
+	case RoleDecode:
+		return "kv_consumer"
+	default:
+		return "kv_both"
+	}
+}
+
+// OtherPrograms are the launch programs of engines other than e that cannot be mistaken for it
+// (vLLM and vLLM-Ascend share the vllm executable).
+func (e Engine) OtherPrograms() []Program {
+	var out []Program
+	for _, o := range All() {
+		if o.Program.Executable == e.Program.Executable && o.Program.Module == e.Program.Module {
+			continue
+		}
+		if !slices.Contains(out, o.Program) {
+			out = append(out, o.Program)
+		}
+	}
+	return out
+}
+
+// AcceptsTransport reports whether the client accepts a store-spelled protocol.
+func (e Engine) AcceptsTransport(protocol string) bool {
+	return e.Transports == nil || slices.Contains(e.Transports, protocol)
+}
+
+// Owned returns the flags injection owns given whether the dtype is owned.
+func (e Engine) Owned(dtypeOwned bool) []string {
+	if dtypeOwned {
+		return e.OwnedFlags
+	}
+	return slices.DeleteFunc(slices.Clone(e.OwnedFlags), func(f string) bool { return f == DtypeFlag })
+}
+
+// FlagFinding is a flag a container names that injection refuses.
+type FlagFinding struct {
+	Flag  string // the canonical flag, e.g. --kv-transfer-config
+	Token string // how the container spelled it
+	Where string // "command" or "args"
+	Class string // OwnedKey, ConfigSource, OffloadingConflict
+}
+
+// Refusal classes for keys. They are stable: metrics count by them.
+const (
+	ClassOwnedKey           = "OwnedKey"
+	ClassConfigSource       = "ConfigSource"
+	ClassOffloadingConflict = "OffloadingConflict"
+)
+
+// FindRefusedFlags scans command and args for every flag this engine refuses, in every
+// spelling its parser reads.
+func (e Engine) FindRefusedFlags(command, args []string, dtypeOwned bool) []FlagFinding {
+	var out []FlagFinding
+	check := func(flags []string, class string) {
+		for _, f := range flags {
+			for _, part := range []struct {
+				name string
+				argv []string
+			}{{"command", command}, {"args", args}} {
+				for _, i := range e.Parser.Find(part.argv, f) {
+					out = append(out, FlagFinding{Flag: f, Token: part.argv[i], Where: part.name, Class: class})
+				}
+			}
+		}
+	}
+	check(e.Owned(dtypeOwned), ClassOwnedKey)
+	check(e.SourceFlags, ClassConfigSource)
+	check(e.RefusedFlags, ClassOffloadingConflict)
+	return out
+}
+
+// Names a container argument by the flag it was read as, for messages: "--kv_transfer_config"
+// (read as --kv-transfer-config).
+func (f FlagFinding) describe() string {
+	if f.Token == f.Flag || strings.HasPrefix(f.Token, f.Flag+"=") {
+		return fmt.Sprintf("%s in %s", f.Flag, f.Where)
+	}
+	return fmt.Sprintf("%q in %s (read by the engine as %s)", f.Token, f.Where, f.Flag)
+}
+
+// Message says why the finding is refused and how to fix it.
+func (e Engine) Message(f FlagFinding) string {
+	switch f.Class {
+	case ClassConfigSource:
+		return fmt.Sprintf("%s selects where %s reads its store configuration from, which would leave every injected value present and unread; remove it and let the Binding configure the store", f.describe(), e.Name)
+	case ClassOffloadingConflict:
+		return fmt.Sprintf("%s makes %s replace the injected connector with its OffloadingConnector, silently, so the container would use no shared cache; remove it (host-DRAM offloading and the shared pool are alternatives, choose one)", f.describe(), e.Name)
+	}
+	if f.Flag == DtypeFlag {
+		return fmt.Sprintf("%s is owned by injection: the Binding's domain fixes the KV cache dtype; remove it (or set the Setting model-deployment-kv-cache-dtype-owned to \"false\" to let containers choose)", f.describe())
+	}
+	return fmt.Sprintf("%s is owned by injection: the Binding writes it, and a second value would be an ambiguity nothing reports; remove it", f.describe())
+}

@@ -1,0 +1,71 @@
+package injection
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+// ClientLookup resolves through the API server: the Binding live through an uncached reader
+// (a Binding created a moment ago must admit the Pods naming it), pools, backends and Settings
+// from the manager's cache with a live read when the cache has not seen the object yet.
+type ClientLookup struct {
+	// Cached is the manager's cached client.
+	Cached client.Reader
+	// Live reads the API server directly (the manager's APIReader).
+	Live client.Reader
+}
+
+var _ Lookup = ClientLookup{}
+
+// Binding implements Lookup: always live.
+func (l ClientLookup) Binding(ctx context.Context, ns, name string) (*kvv1.KVCachePoolBinding, error) {
+	b := &kvv1.KVCachePoolBinding{}
+	if err := l.Live.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// getCachedThenLive reads from the cache and falls back to a live read on NotFound.
+func (l ClientLookup) getCachedThenLive(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	err := l.Cached.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		return l.Live.Get(ctx, key, obj)
+	}
+	return err
+}
+
+// Pool implements Lookup.
+func (l ClientLookup) Pool(ctx context.Context, name string) (*kvv1.KVCachePool, error) {
+	p := &kvv1.KVCachePool{}
+	if err := l.getCachedThenLive(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Backend implements Lookup.
+func (l ClientLookup) Backend(ctx context.Context, name string) (*kvv1.KVCacheBackend, error) {
+	b := &kvv1.KVCacheBackend{}
+	if err := l.getCachedThenLive(ctx, client.ObjectKey{Name: name}, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// DtypeOwned implements Lookup: the Setting's value, true when absent.
+func (l ClientLookup) DtypeOwned(ctx context.Context) (bool, error) {
+	s := &kvv1.Setting{}
+	err := l.Cached.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheDtypeOwned}, s)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return s.Spec.Value != "false", nil
+}

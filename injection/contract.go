@@ -1,0 +1,79 @@
+package injection
+
+import (
+	"github.com/kvcache-operator/kvcache/engines"
+)
+
+// The label and annotations of the contract, exact case.
+const (
+	Prefix = "kvcache.gpustack.ai/"
+	// LabelInject opts a Pod in; only the value "true" does. It is a label because a webhook's
+	// objectSelector matches labels only.
+	LabelInject = Prefix + "inject"
+
+	AnnotationBinding             = Prefix + "binding"
+	AnnotationEngine              = Prefix + "engine"
+	AnnotationRole                = Prefix + "role"
+	AnnotationContainer           = Prefix + "container"
+	AnnotationLaunchArgsForwarded = Prefix + "launch-args-forwarded"
+
+	// AnnotationInjected is the injection record; AnnotationClientConfig the projected client
+	// configuration. Injection writes both; a submitted Pod may carry neither.
+	AnnotationInjected     = Prefix + "injected"
+	AnnotationClientConfig = engines.AnnotationClientConfig
+
+	// AnnotationDomain does not exist on purpose: the domain comes from the Binding.
+	AnnotationDomain = Prefix + "domain"
+)
+
+// acceptedAnnotations are the keys under Prefix a Pod may carry.
+var acceptedAnnotations = []string{AnnotationBinding, AnnotationEngine, AnnotationRole, AnnotationContainer, AnnotationLaunchArgsForwarded}
+
+// Refusal reasons: stable classes, counted by metrics and shown in messages' origin.
+const (
+	ReasonAnnotation           = "AnnotationInvalid"
+	ReasonDomainAnnotation     = "DomainAnnotation"
+	ReasonWrittenKey           = "WrittenKeySubmitted"
+	ReasonContainer            = "ContainerAmbiguous"
+	ReasonBindingNotFound      = "BindingNotFound"
+	ReasonBindingDeleting      = "BindingDeleting"
+	ReasonPoolNotFound         = "PoolNotFound"
+	ReasonLedgerNotAvailable   = "QuotaLedgerNotAvailable"
+	ReasonBackendNotFound      = "BackendNotFound"
+	ReasonNoEndpoint           = "EndpointNotPublished"
+	ReasonTransportMixed       = "NotSupportedTransport"
+	ReasonTransportUnsupported = "TransportUnsupported"
+	ReasonConfigVolume         = "ConfigVolumeConflict"
+	ReasonLookupFailed         = "LookupFailed"
+)
+
+// Pool condition read by injection, and the reason that means "no ledger, inject no tenant".
+const (
+	ConditionQuotaLedgerAvailable = "QuotaLedgerAvailable"
+	ReasonMultiTenancyDisabled    = "MultiTenancyDisabled"
+)
+
+// Record is the kvcache.gpustack.ai/injected annotation: what was decided. Field order is the
+// JSON order. There is no engineVersion: it described the upstream source the injector was
+// written against, not the image in the Pod, and readers must not infer compatibility from it.
+type Record struct {
+	Binding             string `json:"binding"`
+	Engine              string `json:"engine"`
+	Vehicle             string `json:"vehicle"`
+	Domain              string `json:"domain"`
+	TenantInjected      bool   `json:"tenantInjected"`
+	LaunchProgram       string `json:"launchProgram"`
+	LaunchArgsForwarded bool   `json:"launchArgsForwarded"`
+}
+
+// Refusal is why a Pod is refused. Message names the key and the fix; Reason is a stable class.
+type Refusal struct {
+	Reason  string
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+func refuse(reason, format string, a ...any) *Refusal {
+	return &Refusal{Reason: reason, Message: sprintf(format, a...)}
+}

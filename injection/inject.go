@@ -1,0 +1,425 @@
+package injection
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/generator"
+)
+
+var sprintf = fmt.Sprintf
+
+// Lookup reads what injection resolves. Binding must read the live object (never a cache): a
+// Binding created a moment ago must admit the Pods that name it. A missing object is reported
+// with an error for which apierrors.IsNotFound is true.
+type Lookup interface {
+	Binding(ctx context.Context, namespace, name string) (*kvv1.KVCachePoolBinding, error)
+	Pool(ctx context.Context, name string) (*kvv1.KVCachePool, error)
+	Backend(ctx context.Context, name string) (*kvv1.KVCacheBackend, error)
+	// DtypeOwned is the Setting model-deployment-kv-cache-dtype-owned (true when absent).
+	DtypeOwned(ctx context.Context) (bool, error)
+}
+
+// Result is what an admitted Pod comes with.
+type Result struct {
+	// Injected is false for a Pod that did not opt in (it is returned unchanged).
+	Injected bool
+	// Warnings for the user (kubectl prints them; the CLI writes them to stderr).
+	Warnings []string
+	// Record is the decision written to kvcache.gpustack.ai/injected.
+	Record Record
+}
+
+// Injector holds the renderer the fragments come from.
+type Injector struct {
+	renderer *generator.Renderer
+}
+
+// New returns an injector rendering with r.
+func New(r *generator.Renderer) *Injector { return &Injector{renderer: r} }
+
+// OptedIn reports whether a Pod carries the opt-in label with the value "true".
+func OptedIn(pod *corev1.Pod) bool { return pod.Labels[LabelInject] == "true" }
+
+// Inject returns a copy of pod with its engine's client configuration merged in. A Pod that did
+// not opt in comes back as is with Result.Injected false. A refused Pod yields a *Refusal; pod
+// itself is never modified. namespace is the Pod's namespace (admission requests may carry it
+// outside the object).
+func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup) (*corev1.Pod, Result, error) {
+	if !OptedIn(pod) {
+		return pod, Result{}, nil
+	}
+	a, rf := readAnnotations(pod)
+	if rf != nil {
+		return nil, Result{}, rf
+	}
+	c, rf := chooseContainer(pod, a.container)
+	if rf != nil {
+		return nil, Result{}, rf
+	}
+	dtypeOwned, err := lookup.DtypeOwned(ctx)
+	if err != nil {
+		return nil, Result{}, lookupFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
+	}
+	if rf := checkContainer(a.engine, pod, c, dtypeOwned); rf != nil {
+		return nil, Result{}, rf
+	}
+	launch, lr := engines.CheckLaunch(c.Command, c.Args, a.engine.Program, a.engine.OtherPrograms(), a.forwarded)
+	if lr != nil {
+		return nil, Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
+	}
+	res, rf := resolve(ctx, lookup, namespace, a)
+	if rf != nil {
+		return nil, Result{}, rf
+	}
+	in := generator.FragmentInput{Engine: a.engine, Master: res.master, Protocol: res.protocol, Role: a.role}
+	if res.tenantLedger {
+		in.Tenant = res.domain
+	}
+	if dtypeOwned {
+		in.Dtype = res.binding.Spec.Domain.Dtype
+	}
+	frag, err := i.renderer.RenderFragment(in)
+	if err != nil {
+		return nil, Result{}, err
+	}
+
+	out := pod.DeepCopy()
+	target := containerByName(out, c.Name)
+	a.engine.Merge(out, target, frag)
+	rec := Record{
+		Binding:             a.binding,
+		Engine:              a.engine.ID,
+		Vehicle:             string(a.engine.Vehicle),
+		Domain:              res.domain,
+		TenantInjected:      in.Tenant != "",
+		LaunchProgram:       launch.Program,
+		LaunchArgsForwarded: launch.Forwarded,
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[AnnotationInjected] = string(b)
+	return out, Result{Injected: true, Warnings: warnings(a.engine, c), Record: rec}, nil
+}
+
+// annotations are a Pod's parsed contract annotations.
+type annotations struct {
+	binding   string
+	engine    engines.Engine
+	role      engines.Role
+	container string
+	forwarded bool
+}
+
+func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
+	var a annotations
+	var faults []string
+	reason := ReasonAnnotation
+	keys := make([]string, 0, len(pod.Annotations))
+	for k := range pod.Annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !strings.HasPrefix(strings.ToLower(k), Prefix) || slices.Contains(acceptedAnnotations, k) {
+			continue
+		}
+		switch strings.ToLower(k) {
+		case AnnotationDomain:
+			reason = ReasonDomainAnnotation
+			faults = append(faults, fmt.Sprintf("annotation %s is refused: the reuse domain comes from the KVCachePoolBinding, which registers it and carries its ceiling; remove the annotation and name the Binding whose spec.domain you want in %s", k, AnnotationBinding))
+		case AnnotationInjected, AnnotationClientConfig:
+			reason = ReasonWrittenKey
+			faults = append(faults, fmt.Sprintf("annotation %s is written by injection and may not be submitted (a manifest copied from a running Pod carries it); remove it", k))
+		default:
+			faults = append(faults, fmt.Sprintf("annotation %s is not part of the injection contract (a typo would otherwise pass silently); the accepted keys are %s", k, strings.Join(acceptedAnnotations, ", ")))
+		}
+	}
+	ann := pod.Annotations
+	if v, ok := ann[AnnotationEngine]; !ok || v == "" {
+		faults = append(faults, fmt.Sprintf("annotation %s is required: declare the engine (%s); it is never guessed from the image", AnnotationEngine, strings.Join(engines.Names(), ", ")))
+	} else if e, ok := engines.ByName(v); ok {
+		a.engine = e
+	} else {
+		hint := ""
+		for _, n := range engines.Names() {
+			if strings.EqualFold(n, v) {
+				hint = fmt.Sprintf(" (the value is case-sensitive: write %s)", n)
+			}
+		}
+		faults = append(faults, fmt.Sprintf("annotation %s: %q is not an engine; use one of %s%s", AnnotationEngine, v, strings.Join(engines.Names(), ", "), hint))
+	}
+	switch v := ann[AnnotationBinding]; {
+	case v == "":
+		faults = append(faults, fmt.Sprintf("annotation %s is required: name the KVCachePoolBinding in this namespace that grants the cache", AnnotationBinding))
+	case strings.Contains(v, "/"):
+		faults = append(faults, fmt.Sprintf("annotation %s: %q names another namespace; a Pod can only use a KVCachePoolBinding in its own namespace, so give its bare name", AnnotationBinding, v))
+	default:
+		a.binding = v
+	}
+	switch v, set := ann[AnnotationRole]; {
+	case !set:
+	case v == string(engines.RolePrefill) || v == string(engines.RoleDecode):
+		a.role = engines.Role(v)
+	case v == string(kvv1.RoleServer):
+		faults = append(faults, fmt.Sprintf("annotation %s: Server is not a value here; for a plain server leave the annotation off (Server is ModelDeployment's spelling of the same thing)", AnnotationRole))
+	default:
+		faults = append(faults, fmt.Sprintf("annotation %s: %q is not a role; use Prefill or Decode, or leave the annotation off for a plain server", AnnotationRole, v))
+	}
+	a.container = ann[AnnotationContainer]
+	switch v, set := ann[AnnotationLaunchArgsForwarded]; {
+	case !set:
+	case v == "true":
+		a.forwarded = true
+	default:
+		faults = append(faults, fmt.Sprintf("annotation %s: %q is not accepted; the only value is \"true\" (remove the annotation otherwise)", AnnotationLaunchArgsForwarded, v))
+	}
+	if len(faults) > 0 {
+		return a, &Refusal{Reason: reason, Message: strings.Join(faults, "; ")}
+	}
+	return a, nil
+}
+
+func chooseContainer(pod *corev1.Pod, name string) (*corev1.Container, *Refusal) {
+	names := make([]string, 0, len(pod.Spec.Containers))
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	if name == "" {
+		switch len(pod.Spec.Containers) {
+		case 0:
+			return nil, refuse(ReasonContainer, "the Pod has no containers to inject into")
+		case 1:
+			return &pod.Spec.Containers[0], nil
+		default:
+			return nil, refuse(ReasonContainer, "the Pod has %d containers (%s): name the engine's with annotation %s; injection never picks one", len(names), strings.Join(names, ", "), AnnotationContainer)
+		}
+	}
+	if c := containerByName(pod, name); c != nil {
+		return c, nil
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == name {
+			return nil, refuse(ReasonContainer, "annotation %s names %q, an init container; name the engine's container, one of %s", AnnotationContainer, name, strings.Join(names, ", "))
+		}
+	}
+	return nil, refuse(ReasonContainer, "annotation %s names %q, which is not a container of this Pod; use one of %s", AnnotationContainer, name, strings.Join(names, ", "))
+}
+
+func containerByName(pod *corev1.Pod, name string) *corev1.Container {
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// checkContainer refuses keys the container may not carry: owned and configuration-source flags
+// in any spelling, source variables, the offloading flag, and the projected file's names.
+func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtypeOwned bool) *Refusal {
+	var faults []string
+	reason := ""
+	for _, f := range e.FindRefusedFlags(c.Command, c.Args, dtypeOwned) {
+		faults = append(faults, e.Message(f))
+		if reason == "" {
+			reason = f.Class
+		}
+	}
+	for _, v := range c.Env {
+		if slices.Contains(e.SourceEnv, v.Name) {
+			faults = append(faults, fmt.Sprintf("env %s selects where %s reads its store configuration from, which would leave every injected value unread; remove it and let the Binding configure the store", v.Name, e.Name))
+			if reason == "" {
+				reason = engines.ClassConfigSource
+			}
+		}
+	}
+	if e.VLLMFamily() {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == engines.ConfigVolume {
+				faults = append(faults, fmt.Sprintf("volume %s is the name injection gives the projected client configuration; rename the Pod's volume", v.Name))
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if strings.TrimSuffix(m.MountPath, "/") == engines.ConfigMountPath {
+				faults = append(faults, fmt.Sprintf("volume mount %s at %s is where injection projects the client configuration; mount it elsewhere", m.Name, engines.ConfigMountPath))
+			}
+		}
+		if reason == "" && len(faults) > 0 {
+			reason = ReasonConfigVolume
+		}
+	}
+	if len(faults) > 0 {
+		return &Refusal{Reason: reason, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(faults, "; "))}
+	}
+	return nil
+}
+
+// resolution is what the Binding chain resolved to.
+type resolution struct {
+	binding      *kvv1.KVCachePoolBinding
+	domain       string
+	master       string
+	protocol     string
+	tenantLedger bool
+}
+
+func resolve(ctx context.Context, lookup Lookup, ns string, a annotations) (resolution, *Refusal) {
+	var r resolution
+	b, err := lookup.Binding(ctx, ns, a.binding)
+	if apierrors.IsNotFound(err) {
+		return r, refuse(ReasonBindingNotFound, "KVCachePoolBinding %q not found in namespace %q: create it there (an administrator grants a namespace a pool with a Binding), or fix annotation %s", a.binding, ns, AnnotationBinding)
+	}
+	if err != nil {
+		return r, lookupFailed("KVCachePoolBinding "+ns+"/"+a.binding, err)
+	}
+	if b.DeletionTimestamp != nil {
+		return r, refuse(ReasonBindingDeleting, "KVCachePoolBinding %s/%s is being deleted, so new Pods may not attach to it; name another Binding", ns, a.binding)
+	}
+	r.binding = b
+	r.domain = b.Spec.Domain.Name
+	if r.domain == "" {
+		r.domain = kvv1.DefaultDomainName
+	}
+	poolName := b.Spec.PoolRef.Name
+	p, err := lookup.Pool(ctx, poolName)
+	if apierrors.IsNotFound(err) {
+		return r, refuse(ReasonPoolNotFound, "KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, ns, a.binding)
+	}
+	if err != nil {
+		return r, lookupFailed("KVCachePool "+poolName, err)
+	}
+	cond := meta.FindStatusCondition(p.Status.Conditions, ConditionQuotaLedgerAvailable)
+	switch {
+	case cond == nil:
+		return r, refuse(ReasonLedgerNotAvailable, "KVCachePool %q has not reported %s yet, so the tenant this Pod would write under cannot be confirmed; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, ConditionQuotaLedgerAvailable, poolName)
+	case cond.Status == "True":
+		r.tenantLedger = true
+	case cond.Status == "False" && cond.Reason == ReasonMultiTenancyDisabled:
+	default:
+		return r, refuse(ReasonLedgerNotAvailable, "KVCachePool %q reports %s=%s (%s: %s), so the tenant this Pod would write under cannot be confirmed; fix the pool's backend or retry when the condition is True", poolName, ConditionQuotaLedgerAvailable, cond.Status, cond.Reason, cond.Message)
+	}
+	if len(p.Spec.Backends) != 1 {
+		return r, refuse(ReasonBackendNotFound, "KVCachePool %q names %d backends; a pool needs exactly one", poolName, len(p.Spec.Backends))
+	}
+	be, err := lookup.Backend(ctx, p.Spec.Backends[0])
+	if apierrors.IsNotFound(err) {
+		return r, refuse(ReasonBackendNotFound, "KVCacheBackend %q, the backend of KVCachePool %q, does not exist; ask an administrator to create it", p.Spec.Backends[0], poolName)
+	}
+	if err != nil {
+		return r, lookupFailed("KVCacheBackend "+p.Spec.Backends[0], err)
+	}
+	if p.Status.ClientEndpoint == "" {
+		return r, refuse(ReasonNoEndpoint, "KVCachePool %q has no clientEndpoint yet, so there is no store address to hand the engine; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, poolName)
+	}
+	r.master = p.Status.ClientEndpoint
+	protocol, rf := Transport(a.engine, be, poolName)
+	if rf != nil {
+		return r, rf
+	}
+	r.protocol = protocol
+	return r, nil
+}
+
+// Offer is a transport a backend's member group offers.
+type Offer struct {
+	// Protocol in store spelling.
+	Protocol string
+	// Groups are the member groups offering it ("members[0]"), or "spec.transport" for an
+	// external backend.
+	Groups []string
+}
+
+// Offers lists the distinct effective protocols of a backend's member groups in group order.
+func Offers(b *kvv1.KVCacheBackend) []Offer {
+	var out []Offer
+	add := func(p, where string) {
+		for i := range out {
+			if out[i].Protocol == p {
+				out[i].Groups = append(out[i].Groups, where)
+				return
+			}
+		}
+		out = append(out, Offer{Protocol: p, Groups: []string{where}})
+	}
+	if m := b.Spec.Connection.Managed; m != nil && len(m.Members) > 0 {
+		for i := range m.Members {
+			add(b.EffectiveProtocol(i).StoreSpelling(), fmt.Sprintf("members[%d]", i))
+		}
+		return out
+	}
+	add(b.EffectiveProtocol(-1).StoreSpelling(), "spec.transport")
+	return out
+}
+
+func describeOffers(offers []Offer) string {
+	parts := make([]string, len(offers))
+	for i, o := range offers {
+		parts[i] = fmt.Sprintf("%s (%s)", o.Protocol, strings.Join(o.Groups, ", "))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Transport checks that an engine can use a backend's transport and returns it in store
+// spelling. ModelDeployment validation calls it too.
+func Transport(e engines.Engine, b *kvv1.KVCacheBackend, pool string) (string, *Refusal) {
+	offers := Offers(b)
+	if e.Transports != nil {
+		if len(offers) == 1 && e.AcceptsTransport(offers[0].Protocol) {
+			return offers[0].Protocol, nil
+		}
+		var got []string
+		for _, o := range offers {
+			got = append(got, o.Protocol)
+		}
+		want := e.Transports[0]
+		return "", refuse(ReasonTransportUnsupported, "%s accepts only the %s transport and KVCachePool %q offers %s: %s against %s, and the engine would fail at start (MooncakeBackend does not support protocol '%s'); set spec.transport.protocol: %s on KVCacheBackend %q (or transport.protocol: %s on the member group serving these nodes), or choose a pool that offers %s",
+			e.Name, want, pool, describeOffers(offers), strings.Join(got, "+"), want, got[0], kvv1.APIProtocolFor(want), b.Name, kvv1.APIProtocolFor(want), want)
+	}
+	if len(offers) > 1 {
+		return "", refuse(ReasonTransportMixed, "KVCachePool %q offers more than one transport, %s, and a %s client installs only one: a block on a group with another transport fails with NotSupportedTransport; make the backend's groups use one protocol or choose another pool", pool, describeOffers(offers), e.Name)
+	}
+	return offers[0].Protocol, nil
+}
+
+func lookupFailed(what string, err error) *Refusal {
+	return refuse(ReasonLookupFailed, "could not read %s: %v; injection fails closed, retry when the API server answers", what, err)
+}
+
+// warnings are the admission warnings an injected container earns.
+func warnings(e engines.Engine, c *corev1.Container) []string {
+	var w []string
+	var set []string
+	for _, kind := range []struct {
+		name string
+		list corev1.ResourceList
+	}{{"request", c.Resources.Requests}, {"limit", c.Resources.Limits}} {
+		if q, ok := kind.list[corev1.ResourceMemory]; ok {
+			set = append(set, fmt.Sprintf("memory %s %s", kind.name, q.String()))
+		}
+	}
+	if len(set) > 0 {
+		buf := resource.NewQuantity(e.StagingBuffer, resource.BinarySI).String()
+		w = append(w, fmt.Sprintf("container %q sets %s, but the %s store client stages %s of host memory that no resources field shows; add %s to both the memory request and the limit, or the node's bookkeeping undercounts every injected Pod", c.Name, strings.Join(set, " and "), e.Name, buf, buf))
+	}
+	if len(c.EnvFrom) > 0 {
+		w = append(w, fmt.Sprintf("container %q uses envFrom: Mooncake variables supplied there are invisible to admission and overridden by the injected env; declare them in env", c.Name))
+	}
+	return w
+}
