@@ -35,6 +35,31 @@ type Fragment struct {
 	TailArgs []string `json:"tailArgs,omitempty"`
 }
 
+// DeepCopy returns a copy sharing no memory with f, so a cached fragment is never changed
+// through a Pod it was merged into.
+func (f *Fragment) DeepCopy() *Fragment {
+	out := &Fragment{Args: slices.Clone(f.Args), TailArgs: slices.Clone(f.TailArgs)}
+	if f.Annotations != nil {
+		out.Annotations = make(map[string]string, len(f.Annotations))
+		for k, v := range f.Annotations {
+			out.Annotations[k] = v
+		}
+	}
+	for _, e := range f.Env {
+		out.Env = append(out.Env, *e.DeepCopy())
+	}
+	for _, e := range f.DefaultEnv {
+		out.DefaultEnv = append(out.DefaultEnv, *e.DeepCopy())
+	}
+	for _, v := range f.Volumes {
+		out.Volumes = append(out.Volumes, *v.DeepCopy())
+	}
+	for _, m := range f.VolumeMounts {
+		out.VolumeMounts = append(out.VolumeMounts, *m.DeepCopy())
+	}
+	return out
+}
+
 // Merge applies a fragment to container c of pod (both modified in place) by the engine's
 // rules: annotations set, env written in place with one entry per name, default env only when
 // absent, volumes and mounts added, args appended with the tail flags last unless the

@@ -10,6 +10,8 @@ type Renderer struct {
 	engine   *Engine
 	decoder  decoder
 	defaults values.Defaults
+	// fragments caches rendered engine fragments; see RenderFragment.
+	fragments *fragmentCache
 }
 
 // NewRenderer parses the templates and the embedded defaults once.
@@ -26,7 +28,7 @@ func NewRenderer() (*Renderer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Renderer{engine: e, decoder: newDecoder(s), defaults: d}, nil
+	return &Renderer{engine: e, decoder: newDecoder(s), defaults: d, fragments: &fragmentCache{}}, nil
 }
 
 // Defaults are the constants the renderer uses (ports, sizes).

@@ -1,0 +1,164 @@
+package injection
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+)
+
+// fuzzCluster is a small cluster: a tcp store with a ledger, an Ascend store, a store without
+// multi-tenancy, and a mixed-protocol store, each with a pool and a Binding in team-a.
+func fuzzCluster(t testing.TB, r *generator.Renderer) *StaticLookup {
+	t.Helper()
+	backend := func(name string, protocol kvv1.TransportProtocol, multiTenancy bool, groups ...kvv1.TransportProtocol) kvv1.KVCacheBackend {
+		b := kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		b.Spec.Transport.Protocol = protocol
+		m := &kvv1.ManagedConnection{Leader: kvv1.Leader{MultiTenancy: &multiTenancy}}
+		for _, g := range groups {
+			mg := kvv1.MemberGroup{NodeSelector: map[string]string{"a": "b"}, CapacityPerMember: resource.MustParse("1Gi")}
+			if g != "" {
+				mg.Transport = &kvv1.Transport{Protocol: g}
+			}
+			m.Members = append(m.Members, mg)
+		}
+		b.Spec.Connection.Managed = m
+		b.Default()
+		return b
+	}
+	backends := []kvv1.KVCacheBackend{
+		backend("dram", kvv1.ProtocolAuto, true, ""),
+		backend("cann", kvv1.ProtocolCANN, true, ""),
+		backend("legacy", kvv1.ProtocolTCP, false, ""),
+		backend("mixed", kvv1.ProtocolRDMA, true, "", kvv1.ProtocolCANN),
+	}
+	var pools []kvv1.KVCachePool
+	var bindings []kvv1.KVCachePoolBinding
+	for _, b := range backends {
+		pools = append(pools, kvv1.KVCachePool{ObjectMeta: metav1.ObjectMeta{Name: b.Name}, Spec: kvv1.KVCachePoolSpec{
+			Backends: []string{b.Name}, Quota: kvv1.PoolQuota{Total: resource.MustParse("8Gi")},
+		}})
+		bindings = append(bindings, kvv1.KVCachePoolBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: b.Name}, Spec: kvv1.KVCachePoolBindingSpec{
+			PoolRef: kvv1.LocalReference{Name: b.Name}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("1Gi")},
+			Domain: kvv1.Domain{Name: "team-a-" + b.Name, BlockSize: 64, Dtype: "bfloat16"},
+		}})
+	}
+	return NewStaticLookup(backends, pools, bindings, nil, "", r.Defaults())
+}
+
+// fields splits a fuzzed string into argv-like tokens; "|" separates, so tokens may hold spaces.
+func fields(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "|")
+}
+
+func fuzzPod(annotations, command, args, env string, labelled bool) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team-a", Annotations: map[string]string{}}}
+	if labelled {
+		pod.Labels = map[string]string{LabelInject: "true"}
+	}
+	for _, kv := range fields(annotations) {
+		k, v, _ := strings.Cut(kv, "=")
+		if !strings.Contains(k, "/") {
+			k = Prefix + k
+		}
+		pod.Annotations[k] = v
+	}
+	c := corev1.Container{Name: "server", Image: "engine", Command: fields(command), Args: fields(args)}
+	for _, kv := range fields(env) {
+		k, v, _ := strings.Cut(kv, "=")
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+	pod.Spec.Containers = []corev1.Container{c}
+	return pod
+}
+
+// FuzzInject checks the invariants of Inject on random annotations, commands, args and env:
+// no panic; a refused Pod is unchanged; an admitted Pod carries a parseable record, one entry
+// per injected variable, the user's args as a prefix of its args; and injecting it again is
+// refused (the record and client configuration are written keys).
+func FuzzInject(f *testing.F) {
+	seeds := [][5]string{
+		{"binding=dram|engine=vLLM", "vllm", "serve|--model|m", "", "1"},
+		{"binding=dram|engine=vLLM|role=Decode", "vllm", "serve|--kv_transfer_config={}", "", "1"},
+		{"binding=dram|engine=SGLang", "python3|-m|sglang.launch_server", "--model-path|m|--enable-hierarchical", "MOONCAKE_TENANT_ID=x|MOONCAKE_TENANT_ID=y", "1"},
+		{"binding=cann|engine=vLLM-Ascend", "tini|--|vllm", "serve", "MC_TE_METRIC=0", "1"},
+		{"binding=legacy|engine=SGLang|launch-args-forwarded=true", "/start.sh", "", "", "1"},
+		{"binding=mixed|engine=vLLM", "bash|-lc", "vllm serve", "", "1"},
+		{"binding=dram|engine=vLLM|domain=x", "env|-S|vllm serve", "--kv-cache-dtype|fp8", "MOONCAKE_CONFIG_PATH=/x", "1"},
+		{"binding=dram|engine=vLLM", "timeout|30|vllm", "serve|--|--kv-cache-dtype", "", "0"},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1], s[2], s[3], s[4] == "1")
+	}
+	r, err := generator.NewRenderer()
+	if err != nil {
+		f.Fatal(err)
+	}
+	lookup := fuzzCluster(f, r)
+	inj := New(r)
+	f.Fuzz(func(t *testing.T, annotations, command, args, env string, labelled bool) {
+		pod := fuzzPod(annotations, command, args, env, labelled)
+		before := pod.DeepCopy()
+		out, res, err := inj.Inject(context.Background(), pod, "team-a", lookup)
+		if !equality.Semantic.DeepEqual(before, pod) {
+			t.Fatalf("Inject modified its input")
+		}
+		var rf *Refusal
+		if err != nil {
+			if !errors.As(err, &rf) {
+				t.Fatalf("non-refusal error: %v", err)
+			}
+			if rf.Message == "" || rf.Reason == "" {
+				t.Fatalf("refusal without message or reason: %#v", rf)
+			}
+			return
+		}
+		if !res.Injected {
+			if labelled || out != pod {
+				t.Fatalf("an opted-in Pod was neither injected nor refused")
+			}
+			return
+		}
+		var rec Record
+		if err := json.Unmarshal([]byte(out.Annotations[AnnotationInjected]), &rec); err != nil {
+			t.Fatalf("record does not parse: %v", err)
+		}
+		if rec.Binding != pod.Annotations[AnnotationBinding] || rec.Engine == "" {
+			t.Fatalf("record %+v does not describe the Pod", rec)
+		}
+		c := out.Spec.Containers[0]
+		seen := map[string]int{}
+		for _, e := range c.Env {
+			seen[e.Name]++
+		}
+		for _, name := range []string{"MOONCAKE_CONFIG_PATH", "MOONCAKE_MASTER", "MOONCAKE_TENANT_ID", "MOONCAKE_PROTOCOL", "MC_TE_METRIC", "MC_STORE_CLIENT_METRIC_BANDWIDTH"} {
+			if seen[name] > 1 {
+				t.Fatalf("%s appears %d times", name, seen[name])
+			}
+		}
+		userArgs := pod.Spec.Containers[0].Args
+		if len(c.Args) < len(userArgs) || !slices.Equal(c.Args[:len(userArgs)], userArgs) {
+			t.Fatalf("user args %q are not a prefix of %q", userArgs, c.Args)
+		}
+		if !slices.Equal(c.Command, pod.Spec.Containers[0].Command) {
+			t.Fatalf("command changed")
+		}
+		again, _, err := inj.Inject(context.Background(), out, "team-a", lookup)
+		if err == nil || !errors.As(err, &rf) {
+			t.Fatalf("injecting an injected Pod was admitted: %v", again.Annotations)
+		}
+	})
+}
