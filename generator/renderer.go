@@ -1,6 +1,8 @@
 package generator
 
 import (
+	"fmt"
+
 	"github.com/kvcache-operator/kvcache/values"
 )
 
@@ -33,3 +35,39 @@ func NewRenderer() (*Renderer, error) {
 
 // Defaults are the constants the renderer uses (ports, sizes).
 func (r *Renderer) Defaults() values.Defaults { return r.defaults }
+
+// WebhookInput names where the admission webhooks are served.
+type WebhookInput struct {
+	// Name of both configurations.
+	Name string
+	// Namespace and Service of the manager; the manager's own namespace is excluded from the
+	// Pod webhooks.
+	Namespace string
+	Service   string
+	// CABundle is the base64-encoded CA of the serving certificate ("" to leave it to an
+	// injector such as cert-manager).
+	CABundle string
+	// Annotations for both configurations.
+	Annotations map[string]string
+}
+
+// RenderWebhookConfigurations renders the Mutating- and ValidatingWebhookConfiguration from the
+// same partial the Helm chart installs.
+func (r *Renderer) RenderWebhookConfigurations(in WebhookInput) ([]Object, error) {
+	out, err := r.engine.Execute("webhooks/webhooks.yaml", in)
+	if err != nil {
+		return nil, fmt.Errorf("render webhook configurations: %w", err)
+	}
+	objs, err := r.decoder.decodeAll("webhook configurations", out)
+	if err != nil {
+		return nil, err
+	}
+	SortObjects(objs)
+	return objs, nil
+}
+
+// Decode reads a multi-document YAML stream of Kubernetes objects (core kinds and this API)
+// strictly into typed objects, in stream order. source names the stream in errors.
+func (r *Renderer) Decode(source string, stream []byte) ([]Object, error) {
+	return r.decoder.decodeAll(source, stream)
+}

@@ -30,13 +30,32 @@ func (l ClientLookup) Binding(ctx context.Context, ns, name string) (*kvv1.KVCac
 	return b, nil
 }
 
-// getCachedThenLive reads from the cache and falls back to a live read on NotFound.
-func (l ClientLookup) getCachedThenLive(ctx context.Context, key client.ObjectKey, obj client.Object) error {
-	err := l.Cached.Get(ctx, key, obj)
+// CachedThenLive is a reader that serves Gets from the cache and reads the API server only when
+// the cache has not seen the object (yet): an object created a moment ago resolves, and steady
+// state costs no API reads. Lists come from the cache.
+type CachedThenLive struct {
+	Cached client.Reader
+	Live   client.Reader
+}
+
+var _ client.Reader = CachedThenLive{}
+
+// Get implements client.Reader.
+func (r CachedThenLive) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := r.Cached.Get(ctx, key, obj, opts...)
 	if apierrors.IsNotFound(err) {
-		return l.Live.Get(ctx, key, obj)
+		return r.Live.Get(ctx, key, obj, opts...)
 	}
 	return err
+}
+
+// List implements client.Reader.
+func (r CachedThenLive) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return r.Cached.List(ctx, list, opts...)
+}
+
+func (l ClientLookup) getCachedThenLive(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	return CachedThenLive(l).Get(ctx, key, obj)
 }
 
 // Pool implements Lookup.

@@ -12,5 +12,5 @@ import "embed"
 
 // FS holds every template, keyed by its path under this directory.
 //
-//go:embed all:store all:engines
+//go:embed all:store all:engines all:webhooks
 var FS embed.FS

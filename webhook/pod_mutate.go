@@ -25,10 +25,32 @@ func NewPodMutator(inj *injection.Injector, lookup injection.Lookup, decoder adm
 	return &PodMutator{Injector: inj, Lookup: lookup, decoder: decoder}
 }
 
-// Outcome of one admission, for metrics: the response and the refusal class ("" when none).
+// NotOptedIn is the message of an admission that left a Pod alone.
+const NotOptedIn = "not opted in to KV cache injection"
+
+// Outcomes of an admission, as metrics count them.
+const (
+	OutcomeAdmitted = "admitted"
+	OutcomeRefused  = "refused"
+	OutcomeIgnored  = "ignored"
+	OutcomeError    = "error"
+)
+
+// Outcome of one admission: the response, what kind of answer it is, and the refusal class.
 type Outcome struct {
 	Response admission.Response
+	Result   string
 	Reason   string
+}
+
+func admitted(r admission.Response) Outcome { return Outcome{Response: r, Result: OutcomeAdmitted} }
+
+func refused(msg, reason string) Outcome {
+	return Outcome{Response: Refused(msg), Result: OutcomeRefused, Reason: reason}
+}
+
+func errored(code int32, err error, reason string) Outcome {
+	return Outcome{Response: admission.Errored(code, err), Result: OutcomeError, Reason: reason}
 }
 
 // Handle implements admission.Handler.
@@ -40,10 +62,10 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 func (m *PodMutator) Admit(ctx context.Context, req admission.Request) Outcome {
 	pod := &corev1.Pod{}
 	if err := m.decoder.Decode(req, pod); err != nil {
-		return Outcome{Response: admission.Errored(http.StatusBadRequest, err), Reason: "DecodeError"}
+		return errored(http.StatusBadRequest, err, "DecodeError")
 	}
 	if !injection.OptedIn(pod) {
-		return Outcome{Response: admission.Allowed("not opted in to KV cache injection")}
+		return Outcome{Response: admission.Allowed(NotOptedIn), Result: OutcomeIgnored}
 	}
 	ns := req.Namespace
 	if ns == "" {
@@ -52,18 +74,18 @@ func (m *PodMutator) Admit(ctx context.Context, req admission.Request) Outcome {
 	out, res, err := m.Injector.Inject(ctx, pod, ns, m.Lookup)
 	var rf *injection.Refusal
 	if errors.As(err, &rf) {
-		return Outcome{Response: Refused(rf.Message), Reason: rf.Reason}
+		return refused(rf.Message, rf.Reason)
 	}
 	if err != nil {
-		return Outcome{Response: admission.Errored(http.StatusInternalServerError, err), Reason: "InternalError"}
+		return errored(http.StatusInternalServerError, err, "InternalError")
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
-		return Outcome{Response: admission.Errored(http.StatusInternalServerError, err), Reason: "InternalError"}
+		return errored(http.StatusInternalServerError, err, "InternalError")
 	}
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
 	resp.Warnings = res.Warnings
-	return Outcome{Response: resp}
+	return admitted(resp)
 }
 
 // Refused is a denial with HTTP 403 semantics carrying msg verbatim: the API server shows it

@@ -172,6 +172,8 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 	errs = append(errs, validateLeaderArgs(lp.Child("extraArgs"), l.ExtraArgs)...)
 	errs = append(errs, validateExtraEnv(lp.Child("extraEnv"), l.ExtraEnv, derivedLeaderEnv)...)
 
+	// A member group resolves to the leader's image unless it names its own, so one error covers
+	// every group.
 	if b.StoreImage(-1, ctx.BackendImageSetting) == "" {
 		errs = append(errs, field.Required(field.NewPath("spec", "image"),
 			fmt.Sprintf("no store image for the leader: set spec.image, or create the Setting %s (the chart installs it)", kvv1.SettingKVCacheBackendImage)))
@@ -203,10 +205,6 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 		}
 		errs = append(errs, validateMemberArgs(gp.Child("extraArgs"), g.ExtraArgs)...)
 		errs = append(errs, validateExtraEnv(gp.Child("extraEnv"), g.ExtraEnv, derivedMemberEnv)...)
-		if b.StoreImage(i, ctx.BackendImageSetting) == "" {
-			errs = append(errs, field.Required(gp.Child("image"),
-				fmt.Sprintf("no store image for member group %d: set this field, spec.image, or the Setting %s", i, kvv1.SettingKVCacheBackendImage)))
-		}
 	}
 	return errs
 }

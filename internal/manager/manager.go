@@ -1,0 +1,124 @@
+// Package manager assembles the kvcache-operator process: one controller-runtime manager that
+// serves the admission webhooks on every replica and runs the controllers on the elected one.
+// `kvcache manager` and the integration suites build it the same way.
+package manager
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/webhook"
+)
+
+// Webhook paths the configurations in templates/webhooks point at.
+const (
+	PathPodInject = "/mutate-v1-pod"
+	PathPodFreeze = "/validate-v1-pod"
+)
+
+// Options configure the process. Zero values take the defaults of the `kvcache manager` flags.
+type Options struct {
+	// SystemNamespace is where managed stores run and the manager's election Lease lives.
+	SystemNamespace string
+	// WebhookHost/WebhookPort/CertDir configure the webhook server; certificates in CertDir are
+	// reloaded when they change.
+	WebhookHost string
+	WebhookPort int
+	CertDir     string
+	// MetricsBindAddress ("0" disables) and HealthProbeBindAddress ("0" disables).
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+	// LeaderElect elects one replica to run the controllers; webhooks serve on every replica.
+	LeaderElect bool
+}
+
+// New builds the manager with every webhook registered. Call Start on the result.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.SystemNamespace == "" {
+		o.SystemNamespace = generator.DefaultSystemNamespace
+	}
+	if o.WebhookPort == 0 {
+		o.WebhookPort = 9443
+	}
+	scheme, err := generator.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrlmanager.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "kvcache-operator",
+		LeaderElectionNamespace: o.SystemNamespace,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
+		}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if err := registerWebhooks(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	// Ready only once the webhook server serves: a replica that cannot answer admission must
+	// not receive it.
+	if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+		return mgr.GetWebhookServer().StartedChecker()(req)
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+func registerWebhooks(mgr ctrl.Manager) error {
+	r, err := generator.NewRenderer()
+	if err != nil {
+		return err
+	}
+	m, err := webhook.NewMetrics(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	decoder := admission.NewDecoder(mgr.GetScheme())
+	lookup := injection.ClientLookup{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()}
+	srv := mgr.GetWebhookServer()
+	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), lookup, decoder))})
+	srv.Register(PathPodFreeze, &admission.Webhook{Handler: m.Instrument("pod-freeze", webhook.NewPodFreeze(decoder))})
+
+	reader := injection.CachedThenLive{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()}
+	s := mgr.GetScheme()
+	for kind, wh := range map[string]*admission.Webhook{
+		"kvcachebackend":     admission.WithValidator[*kvv1.KVCacheBackend](s, &webhook.BackendValidator{Reader: reader}),
+		"kvcachepool":        admission.WithValidator[*kvv1.KVCachePool](s, &webhook.PoolValidator{Reader: reader}),
+		"kvcachepoolbinding": admission.WithValidator[*kvv1.KVCachePoolBinding](s, &webhook.BindingValidator{Reader: reader}),
+		"modeldeployment":    admission.WithValidator[*kvv1.ModelDeployment](s, &webhook.ModelDeploymentValidator{Reader: reader}),
+		"setting":            admission.WithValidator[*kvv1.Setting](s, &webhook.SettingValidator{}),
+	} {
+		wh.Handler = m.Instrument(kind, webhook.Validated{Handler: wh.Handler})
+		srv.Register(ValidatePath(kind), wh)
+	}
+	return nil
+}
+
+// ValidatePath is where the validator of a kind (lowercase) is served; the paths follow
+// controller-runtime's convention and templates/webhooks names the same ones.
+func ValidatePath(kind string) string {
+	return "/validate-" + strings.ReplaceAll(kvv1.GroupVersion.Group, ".", "-") + "-" + kvv1.GroupVersion.Version + "-" + kind
+}

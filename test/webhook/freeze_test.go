@@ -1,0 +1,109 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/internal/golden"
+)
+
+func injectedPod(t *testing.T, name string, finalizers ...string) *corev1.Pod {
+	t.Helper()
+	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
+	pod.Finalizers = finalizers
+	p, err := create(t, pod, name)
+	require.NoError(t, err)
+	require.Contains(t, p.Annotations, injection.AnnotationInjected)
+	return p
+}
+
+func update(p *corev1.Pod, edit func(*corev1.Pod)) error {
+	ctx := context.Background()
+	fresh := &corev1.Pod{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), fresh); err != nil {
+		return err
+	}
+	edit(fresh)
+	return env.Client.Update(ctx, fresh)
+}
+
+const (
+	labelFault        = `label kvcache.gpustack.ai/inject changes the Pod's opt-in state ("true" to "false"), which is fixed at creation because injection runs only then; change the workload's Pod template instead, and the change takes effect when the workload rolls`
+	recordEditFault   = "annotation kvcache.gpustack.ai/injected may not be edited: it records what injection decided at creation"
+	configEditFault   = "annotation kvcache.gpustack.ai/client-config may not be edited: the running container reads it through a projected file, so an edit would swap the store address, transport or segment sizes under it"
+	configRemoveFault = "annotation kvcache.gpustack.ai/client-config may not be removed: the running container reads it through a projected file, so an edit would swap the store address, transport or segment sizes under it"
+)
+
+func TestFreezeRefusesEveryFaultTogether(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	p := injectedPod(t, "freeze-all")
+	err := update(p, func(p *corev1.Pod) {
+		p.Labels[injection.LabelInject] = "false"
+		p.Annotations[injection.AnnotationInjected] = `{"binding":"other"}`
+		p.Annotations[injection.AnnotationClientConfig] = `{"master_server_address":"evil:50051"}`
+	})
+	require.Error(t, err)
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Contains(t, err.Error(), `admission webhook "freeze.pods.kvcache.gpustack.ai" denied the request: `+labelFault+"; "+recordEditFault+"; "+configEditFault)
+
+	err = update(p, func(p *corev1.Pod) { delete(p.Annotations, injection.AnnotationClientConfig) })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), configRemoveFault)
+
+	err = update(p, func(p *corev1.Pod) { delete(p.Labels, injection.LabelInject) })
+	require.Error(t, err, "removing the label is an opt-in change too (the selector matches the old object)")
+	assert.Contains(t, err.Error(), `label kvcache.gpustack.ai/inject changes the Pod's opt-in state ("true" to "")`)
+
+	require.NoError(t, update(p, func(p *corev1.Pod) { p.Annotations["team-a/owner"] = "alice" }), "other metadata edits are admitted")
+}
+
+func TestFreezeHoldsOnATerminatingPodAndAdmitsFinalizerRemoval(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	ctx := context.Background()
+	p := injectedPod(t, "freeze-terminating", "team-a.example/drain")
+	require.NoError(t, env.Client.Delete(ctx, p))
+	stored := &corev1.Pod{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(p), stored))
+	require.NotNil(t, stored.DeletionTimestamp, "the finalizer holds the Pod in deletion")
+
+	err := update(p, func(p *corev1.Pod) {
+		p.Annotations[injection.AnnotationClientConfig] = `{"master_server_address":"elsewhere:50051"}`
+	})
+	require.Error(t, err, "the freeze covers terminating Pods")
+	assert.Contains(t, err.Error(), configEditFault)
+
+	require.NoError(t, update(p, func(p *corev1.Pod) { p.Finalizers = nil }), "finalizer removal is admitted")
+	waitGone(t, p)
+}
+
+// With the webhook server down: Pods that did not opt in are unaffected (the objectSelector
+// keeps them from the webhook), an opted-in Pod is refused (injection fails closed), and Pod
+// updates pass (the freeze fails open).
+func TestOutage(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	live := injectedPod(t, "outage-live")
+	stopMgr()
+	defer func() { require.NoError(t, startManager()) }()
+
+	for i := range 100 {
+		_, err := create(t, vllmPod(nil), fmt.Sprintf("outage-plain-%d", i))
+		require.NoError(t, err, "unlabelled Pod %d", i)
+	}
+	_, err := create(t, vllmPod(map[string]string{injection.LabelInject: "true"}), "outage-labelled")
+	require.Error(t, err, "injection fails closed")
+	assert.Contains(t, err.Error(), `failed calling webhook "inject.pods.kvcache.gpustack.ai"`)
+	assert.True(t, apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKey{Namespace: userNamespace, Name: "outage-labelled"}, &corev1.Pod{})))
+
+	require.NoError(t, update(live, func(p *corev1.Pod) {
+		p.Annotations[injection.AnnotationClientConfig] = `{"edited":"while the webhook is down"}`
+	}), "the freeze fails open")
+}

@@ -1,0 +1,787 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+)
+
+// Fixtures: the walkthrough's objects (backend mooncake-dram, pool shared-dram, Binding
+// team-a/team-a, ModelDeployment team-a/qwen-chat) and the chart's Settings. Each returns a fresh
+// object the test may change; none is defaulted, as a manifest would not be.
+
+func vtBackend(name string, protocols ...kvv1.TransportProtocol) *kvv1.KVCacheBackend {
+	b := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	m := &kvv1.ManagedConnection{}
+	if len(protocols) == 0 {
+		protocols = []kvv1.TransportProtocol{""}
+	}
+	for i, p := range protocols {
+		g := kvv1.MemberGroup{
+			NodeSelector:      map[string]string{"pool": string(rune('a' + i))},
+			CapacityPerMember: resource.MustParse("8Gi"),
+		}
+		if p != "" {
+			g.Transport = &kvv1.Transport{Protocol: p}
+		}
+		m.Members = append(m.Members, g)
+	}
+	b.Spec.Connection.Managed = m
+	return b
+}
+
+// vtNoLedger is a managed backend with multi-tenancy off.
+func vtNoLedger(name string) *kvv1.KVCacheBackend {
+	b := vtBackend(name)
+	b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false)
+	return b
+}
+
+func vtPool(name, backend string) *kvv1.KVCachePool {
+	return &kvv1.KVCachePool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: kvv1.KVCachePoolSpec{
+			Backends: []string{backend},
+			Quota:    kvv1.PoolQuota{Total: resource.MustParse("16Gi")},
+		},
+	}
+}
+
+func vtBinding(namespace, name, pool, domain string) *kvv1.KVCachePoolBinding {
+	return &kvv1.KVCachePoolBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: kvv1.KVCachePoolBindingSpec{
+			PoolRef: kvv1.LocalReference{Name: pool},
+			Quota:   kvv1.BindingQuota{Ceiling: resource.MustParse("8Gi")},
+			Domain:  kvv1.Domain{Name: domain, BlockSize: 64, Dtype: "bfloat16"},
+		},
+	}
+}
+
+func vtSetting(name, value string) *kvv1.Setting {
+	return &kvv1.Setting{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kvv1.SettingSpec{Value: value}}
+}
+
+func vtImageSetting() *kvv1.Setting {
+	return vtSetting(kvv1.SettingKVCacheBackendImage, kvv1.DefaultKVCacheBackendImage)
+}
+
+func vtInstanceType(name, manufacturer string) *kvv1.InstanceType {
+	return &kvv1.InstanceType{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: kvv1.InstanceTypeSpec{Accelerator: &kvv1.Accelerator{
+			ResourceName: "huawei.com/Ascend910", Manufacturer: manufacturer,
+		}},
+	}
+}
+
+func vtDeployment() *kvv1.ModelDeployment {
+	return &kvv1.ModelDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "qwen-chat"},
+		Spec: kvv1.ModelDeploymentSpec{
+			Model:   kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"},
+			Engine:  kvv1.Engine{Name: kvv1.EngineVLLM, Version: "0.29.0"},
+			KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "team-a"}},
+			Roles:   []kvv1.Role{{Name: "server", Resources: kvv1.RoleResources{Accelerator: 1}}},
+		},
+	}
+}
+
+// vtWalkthrough is the cluster after the walkthrough's Steps 1 and 2, with the chart's Setting.
+func vtWalkthrough() []client.Object {
+	return []client.Object{
+		vtImageSetting(),
+		vtBackend("mooncake-dram"),
+		vtPool("shared-dram", "mooncake-dram"),
+		vtBinding("team-a", "team-a", "shared-dram", ""),
+	}
+}
+
+// vtDeleting marks obj as being deleted (a finalizer holds it, as the fake client requires).
+func vtDeleting[T client.Object](obj T) T {
+	now := metav1.NewTime(time.Unix(1700000000, 0))
+	obj.SetDeletionTimestamp(&now)
+	obj.SetFinalizers([]string{"kvcache.gpustack.ai/finalizer"})
+	return obj
+}
+
+// vtReader is a fake API server holding objs.
+func vtReader(t *testing.T, objs ...client.Object) client.Reader {
+	t.Helper()
+	s, err := generator.NewScheme()
+	require.NoError(t, err)
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+}
+
+// vtFailingReader fails every read of a T with a server timeout.
+func vtFailingReader[T client.Object](t *testing.T, objs ...client.Object) client.Reader {
+	t.Helper()
+	s, err := generator.NewScheme()
+	require.NoError(t, err)
+	boom := apierrors.NewServerTimeout(kvv1.GroupVersion.WithResource("x").GroupResource(), "get", 1)
+	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build(), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(T); ok {
+				return boom
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+}
+
+// vtCauses returns an Invalid error's field errors as "<field>: <message>", as kubectl prints
+// them after "is invalid: ". nil for a nil error; the test fails for an error of another kind.
+func vtCauses(t *testing.T, err error) []string {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got %T: %v", err, err)
+	var se *apierrors.StatusError
+	require.True(t, errors.As(err, &se))
+	var out []string
+	for _, c := range se.ErrStatus.Details.Causes {
+		out = append(out, c.Field+": "+c.Message)
+	}
+	return out
+}
+
+func TestInvalidErrorNamesTheKindAndObject(t *testing.T) {
+	v := &PoolValidator{Reader: vtReader(t)}
+	_, err := v.ValidateCreate(context.Background(), vtPool("shared-dram", "mooncake-dram"))
+	require.True(t, apierrors.IsInvalid(err))
+	assert.Equal(t, `KVCachePool.worker.gpustack.ai "shared-dram" is invalid: spec.backends[0]: Not found: "mooncake-dram": no KVCacheBackend has this name; create the KVCacheBackend first, then the KVCachePool, then its KVCachePoolBindings`, err.Error())
+	var se *apierrors.StatusError
+	require.True(t, errors.As(err, &se))
+	assert.Equal(t, "worker.gpustack.ai", se.ErrStatus.Details.Group)
+	assert.Equal(t, "KVCachePool", se.ErrStatus.Details.Kind)
+	assert.Equal(t, "shared-dram", se.ErrStatus.Details.Name)
+}
+
+func TestBackendValidator(t *testing.T) {
+	const (
+		leaderImage = "spec.image: Required value: no store image for the leader: set spec.image, or create the Setting kv-cache-backend-image (the chart installs it)"
+		tenancyPath = "spec.connection.managed.leader.multiTenancy: Forbidden: "
+		tenancyOne  = tenancyPath + "KVCachePool shared-dram uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true"
+		tenancyTwo  = tenancyPath + "KVCachePools shared-dram, spare-dram use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true"
+	)
+	tenancyOff := func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false) }
+	tests := []struct {
+		name    string
+		cluster []client.Object
+		// old is set for an update; new is derived from it by mutate.
+		old    *kvv1.KVCacheBackend
+		obj    *kvv1.KVCacheBackend
+		mutate func(b *kvv1.KVCacheBackend)
+		want   []string
+	}{
+		{
+			name:    "the walkthrough backend is admitted with the chart's image Setting",
+			cluster: []client.Object{vtImageSetting()},
+			obj:     vtBackend("mooncake-dram"),
+		},
+		{
+			name: "a backend without spec.image is refused when the Setting does not exist",
+			obj:  vtBackend("mooncake-dram"),
+			want: []string{leaderImage},
+		},
+		{
+			name: "a backend naming spec.image is admitted without the Setting",
+			obj: func() *kvv1.KVCacheBackend {
+				b := vtBackend("mooncake-dram")
+				b.Spec.Image = "example.com/mooncake:1"
+				return b
+			}(),
+		},
+		{
+			name:    "turning multi-tenancy off while a pool uses the backend is refused, naming the pool",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram"),
+			mutate:  tenancyOff,
+			want:    []string{tenancyOne},
+		},
+		{
+			name:    "turning multi-tenancy off while two pools use the backend is refused, naming both",
+			cluster: append(vtWalkthrough(), vtPool("spare-dram", "mooncake-dram"), vtPool("other", "mooncake-vram")),
+			old:     vtBackend("mooncake-dram"),
+			mutate:  tenancyOff,
+			want:    []string{tenancyTwo},
+		},
+		{
+			name:    "turning multi-tenancy off with no pool on the backend is admitted",
+			cluster: []client.Object{vtImageSetting(), vtPool("other", "mooncake-vram")},
+			old:     vtBackend("mooncake-dram"),
+			mutate:  tenancyOff,
+		},
+		{
+			name:    "turning multi-tenancy on is admitted while pools use the backend",
+			cluster: vtWalkthrough(),
+			old:     vtNoLedger("mooncake-dram"),
+			mutate:  func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(true) },
+		},
+		{
+			name:    "a medium change is refused on update",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram"),
+			mutate:  func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Members[0].Medium = kvv1.MediumVRAM },
+			want:    []string{"spec.connection.managed.members[0].medium: Forbidden: a member group's medium is immutable (the group at this position is DRAM; its members registered DRAM segments with the master); keep DRAM here and append a new group with medium: VRAM instead"},
+		},
+		{
+			name:    "an update is judged with the Setting too: growing a group passes",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram"),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("16Gi")
+			},
+		},
+		{
+			name: "a metadata-only update (finalizer removal) is admitted even when the backend would no longer validate",
+			old:  vtDeleting(vtBackend("mooncake-dram")),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Finalizers = nil
+			},
+		},
+		{
+			name: "an update that only spells out defaults is a metadata-only update",
+			old:  vtBackend("mooncake-dram"),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Default()
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := &BackendValidator{Reader: vtReader(t, tt.cluster...)}
+			var warnings admission.Warnings
+			var err error
+			if tt.old == nil {
+				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
+			} else {
+				b := tt.old.DeepCopy()
+				tt.mutate(b)
+				warnings, err = v.ValidateUpdate(context.Background(), tt.old, b)
+			}
+			assert.Empty(t, warnings)
+			assert.Equal(t, tt.want, vtCauses(t, err))
+		})
+	}
+
+	t.Run("delete is admitted", func(t *testing.T) {
+		v := &BackendValidator{Reader: vtReader(t, vtWalkthrough()...)}
+		w, err := v.ValidateDelete(context.Background(), vtBackend("mooncake-dram"))
+		assert.NoError(t, err)
+		assert.Empty(t, w)
+	})
+	t.Run("a Setting that cannot be read refuses the backend with an internal error", func(t *testing.T) {
+		v := &BackendValidator{Reader: vtFailingReader[*kvv1.Setting](t)}
+		_, err := v.ValidateCreate(context.Background(), vtBackend("mooncake-dram"))
+		require.Error(t, err)
+		assert.True(t, apierrors.IsInternalError(err), "got %v", err)
+		assert.Contains(t, err.Error(), "could not read the Setting kv-cache-backend-image: ")
+	})
+}
+
+func TestPoolValidator(t *testing.T) {
+	const noLedgerWarning = "KVCacheBackend mooncake-dram keeps no tenant ledger (leader.multiTenancy: false): Binding ceilings on this pool are not enforced and every write lands in the store's default tenant"
+	tests := []struct {
+		name    string
+		cluster []client.Object
+		old     *kvv1.KVCachePool
+		obj     *kvv1.KVCachePool
+		mutate  func(p *kvv1.KVCachePool)
+		want    []string
+		warn    admission.Warnings
+	}{
+		{
+			name:    "a pool over an existing backend is admitted without a warning",
+			cluster: []client.Object{vtBackend("mooncake-dram")},
+			obj:     vtPool("shared-dram", "mooncake-dram"),
+		},
+		{
+			name: "a pool over a missing backend is refused, saying to create the backend first",
+			obj:  vtPool("shared-dram", "mooncake-dram"),
+			want: []string{`spec.backends[0]: Not found: "mooncake-dram": no KVCacheBackend has this name; create the KVCacheBackend first, then the KVCachePool, then its KVCachePoolBindings`},
+		},
+		{
+			name:    "a pool over a backend without a ledger is admitted with a warning",
+			cluster: []client.Object{vtNoLedger("mooncake-dram")},
+			obj:     vtPool("shared-dram", "mooncake-dram"),
+			warn:    admission.Warnings{noLedgerWarning},
+		},
+		{
+			name: "a pool over an external backend is admitted without a warning",
+			cluster: []client.Object{func() *kvv1.KVCacheBackend {
+				b := vtBackend("mooncake-dram")
+				b.Spec.Connection.Managed = nil
+				b.Spec.Connection.External = &kvv1.ExternalConnection{Endpoints: []kvv1.Endpoint{
+					{Name: kvv1.EndpointClient, Address: "m.store.svc:50051"}, {Name: kvv1.EndpointAdmin, Address: "m.store.svc:9003"},
+				}}
+				return b
+			}()},
+			obj: vtPool("shared-dram", "mooncake-dram"),
+		},
+		{
+			name:    "a pool over a backend being deleted is refused",
+			cluster: []client.Object{vtDeleting(vtBackend("mooncake-dram"))},
+			obj:     vtPool("shared-dram", "mooncake-dram"),
+			want:    []string{"spec.backends[0]: Forbidden: KVCacheBackend mooncake-dram is being deleted, so no new pool may divide it; name another backend"},
+		},
+		{
+			name:    "the pool's own rules run too: a zero total is refused",
+			cluster: []client.Object{vtBackend("mooncake-dram")},
+			obj: func() *kvv1.KVCachePool {
+				p := vtPool("shared-dram", "mooncake-dram")
+				p.Spec.Quota.Total = resource.MustParse("0")
+				return p
+			}(),
+			want: []string{`spec.quota.total: Invalid value: "0": must be greater than zero, e.g. 16Gi`},
+		},
+		{
+			name:    "another backend is refused on update",
+			cluster: []client.Object{vtBackend("mooncake-dram"), vtBackend("mooncake-vram")},
+			old:     vtPool("shared-dram", "mooncake-dram"),
+			mutate:  func(p *kvv1.KVCachePool) { p.Spec.Backends = []string{"mooncake-vram"} },
+			want:    []string{"spec.backends: Forbidden: is immutable (it is mooncake-dram): the pool's Bindings registered their domains on that backend's master; create a new KVCachePool for another backend"},
+		},
+		{
+			name:   "raising the total is admitted on update even when the backend has gone since",
+			old:    vtPool("shared-dram", "mooncake-dram"),
+			mutate: func(p *kvv1.KVCachePool) { p.Spec.Quota.Total = resource.MustParse("32Gi") },
+		},
+		{
+			name:    "raising the total on a pool over a backend without a ledger repeats the warning",
+			cluster: []client.Object{vtNoLedger("mooncake-dram")},
+			old:     vtPool("shared-dram", "mooncake-dram"),
+			mutate:  func(p *kvv1.KVCachePool) { p.Spec.Quota.Total = resource.MustParse("32Gi") },
+			warn:    admission.Warnings{noLedgerWarning},
+		},
+		{
+			name:   "removing a finalizer is admitted",
+			old:    vtDeleting(vtPool("shared-dram", "mooncake-dram")),
+			mutate: func(p *kvv1.KVCachePool) { p.Finalizers = nil },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := &PoolValidator{Reader: vtReader(t, tt.cluster...)}
+			var warnings admission.Warnings
+			var err error
+			if tt.old == nil {
+				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
+			} else {
+				p := tt.old.DeepCopy()
+				tt.mutate(p)
+				warnings, err = v.ValidateUpdate(context.Background(), tt.old, p)
+			}
+			assert.Equal(t, tt.warn, warnings)
+			assert.Equal(t, tt.want, vtCauses(t, err))
+		})
+	}
+}
+
+func TestBindingValidator(t *testing.T) {
+	const noLedgerDomain = "spec.domain.name: Forbidden: KVCacheBackend mooncake-dram keeps no tenant ledger (leader.multiTenancy: false), so every write lands in one default tenant and the backend carries one domain only: domain %q is registered there by KVCachePoolBinding %s; attach through that Binding, or use a backend with multiTenancy: true for a second domain"
+	tests := []struct {
+		name    string
+		cluster []client.Object
+		old     *kvv1.KVCachePoolBinding
+		obj     *kvv1.KVCachePoolBinding
+		mutate  func(b *kvv1.KVCachePoolBinding)
+		want    []string
+	}{
+		{
+			name:    "the walkthrough Binding is admitted",
+			cluster: vtWalkthrough()[:3],
+			obj:     vtBinding("team-a", "team-a", "shared-dram", ""),
+		},
+		{
+			name:    "a Binding naming a missing pool is refused, saying to create the pool first",
+			cluster: []client.Object{vtBackend("mooncake-dram")},
+			obj:     vtBinding("team-a", "team-a", "shared-dram", ""),
+			want:    []string{`spec.poolRef.name: Not found: "shared-dram": names no KVCachePool; create the pool first (KVCacheBackend, then KVCachePool, then KVCachePoolBinding)`},
+		},
+		{
+			name:    "a Binding on a pool being deleted is refused",
+			cluster: []client.Object{vtBackend("mooncake-dram"), vtDeleting(vtPool("shared-dram", "mooncake-dram"))},
+			obj:     vtBinding("team-a", "team-a", "shared-dram", ""),
+			want:    []string{"spec.poolRef.name: Forbidden: KVCachePool shared-dram is being deleted, so no new Binding may grant it; name another pool"},
+		},
+		{
+			name:    "the ceiling is checked against the pool read from the cluster",
+			cluster: vtWalkthrough()[:3],
+			obj: func() *kvv1.KVCachePoolBinding {
+				b := vtBinding("team-a", "team-a", "shared-dram", "")
+				b.Spec.Quota.Ceiling = resource.MustParse("32Gi")
+				return b
+			}(),
+			want: []string{`spec.quota.ceiling: Invalid value: "32Gi": exceeds the total 16Gi of KVCachePool shared-dram; lower the ceiling or raise the pool's spec.quota.total`},
+		},
+		{
+			name: "a domain registered on the same master through another pool is refused, naming the holder",
+			cluster: append(vtWalkthrough(),
+				vtPool("premium-dram", "mooncake-dram"),
+				vtBinding("team-b", "chat", "premium-dram", "team-a-chat")),
+			obj:  vtBinding("team-a", "chat", "shared-dram", "team-a-chat"),
+			want: []string{`spec.domain.name: Duplicate value: "team-a-chat": already registered on the master of KVCacheBackend mooncake-dram by KVCachePoolBinding team-b/chat; name a different domain`},
+		},
+		{
+			name:    "the default domain is registered once per master: a second Binding leaving the name out is refused",
+			cluster: vtWalkthrough(),
+			obj:     vtBinding("team-b", "team-b", "shared-dram", ""),
+			want:    []string{`spec.domain.name: Duplicate value: "default": already registered on the master of KVCacheBackend mooncake-dram by KVCachePoolBinding team-a/team-a; name a different domain`},
+		},
+		{
+			name: "a domain held by a Binding being deleted is still held",
+			cluster: append(vtWalkthrough()[:3],
+				vtDeleting(vtBinding("team-b", "chat", "shared-dram", "team-a-chat"))),
+			obj:  vtBinding("team-a", "chat", "shared-dram", "team-a-chat"),
+			want: []string{`spec.domain.name: Duplicate value: "team-a-chat": already registered on the master of KVCacheBackend mooncake-dram by KVCachePoolBinding team-b/chat; name a different domain`},
+		},
+		{
+			name: "the same domain name on another backend's master is admitted",
+			cluster: append(vtWalkthrough(),
+				vtBackend("mooncake-vram"), vtPool("shared-vram", "mooncake-vram"),
+				vtBinding("team-b", "chat", "shared-vram", "team-a-chat")),
+			obj: vtBinding("team-a", "chat", "shared-dram", "team-a-chat"),
+		},
+		{
+			name:    "a second distinct domain on a backend with a ledger is admitted",
+			cluster: vtWalkthrough(),
+			obj:     vtBinding("team-b", "team-b", "shared-dram", "team-b-chat"),
+		},
+		{
+			name:    "the Binding itself is not its own holder (a create racing a stale read of itself)",
+			cluster: append(vtWalkthrough()[:3], vtBinding("team-a", "chat", "shared-dram", "team-a-chat")),
+			obj:     vtBinding("team-a", "chat", "shared-dram", "team-a-chat"),
+		},
+		{
+			name:    "the first Binding on a backend without a ledger is admitted",
+			cluster: []client.Object{vtNoLedger("mooncake-dram"), vtPool("shared-dram", "mooncake-dram")},
+			obj:     vtBinding("team-a", "team-a", "shared-dram", ""),
+		},
+		{
+			name: "a second distinct domain on a backend without a ledger is refused, naming the domain and its holder",
+			cluster: []client.Object{vtNoLedger("mooncake-dram"), vtPool("shared-dram", "mooncake-dram"), vtPool("premium-dram", "mooncake-dram"),
+				vtBinding("team-a", "team-a", "shared-dram", "")},
+			obj:  vtBinding("team-b", "chat", "premium-dram", "team-b-chat"),
+			want: []string{fmt.Sprintf(noLedgerDomain, "default", "team-a/team-a")},
+		},
+		{
+			name: "the domain of a Binding being deleted counts on a backend without a ledger",
+			cluster: []client.Object{vtNoLedger("mooncake-dram"), vtPool("shared-dram", "mooncake-dram"),
+				vtDeleting(vtBinding("team-a", "team-a", "shared-dram", "team-a-chat"))},
+			obj:  vtBinding("team-b", "chat", "shared-dram", "team-b-chat"),
+			want: []string{fmt.Sprintf(noLedgerDomain, "team-a-chat", "team-a/team-a")},
+		},
+		{
+			name:    "another domain on update is refused with the immutability message",
+			cluster: vtWalkthrough(),
+			old:     vtBinding("team-a", "team-a", "shared-dram", ""),
+			mutate:  func(b *kvv1.KVCachePoolBinding) { b.Spec.Domain.Name = "team-a-chat" },
+			want:    []string{"spec.domain.name: Forbidden: is immutable (it is default): it is the store tenant this Binding's workloads write under; create a new KVCachePoolBinding for another domain"},
+		},
+		{
+			name:    "another pool on update is refused",
+			cluster: append(vtWalkthrough(), vtPool("premium-dram", "mooncake-dram")),
+			old:     vtBinding("team-a", "team-a", "shared-dram", ""),
+			mutate:  func(b *kvv1.KVCachePoolBinding) { b.Spec.PoolRef.Name = "premium-dram" },
+			want:    []string{"spec.poolRef.name: Forbidden: is immutable (it is shared-dram): a Binding grants access to one pool, and its domain is registered on that pool's master; create a new KVCachePoolBinding for another pool"},
+		},
+		{
+			name:    "raising the ceiling above the pool's total is refused on update",
+			cluster: vtWalkthrough(),
+			old:     vtBinding("team-a", "team-a", "shared-dram", ""),
+			mutate:  func(b *kvv1.KVCachePoolBinding) { b.Spec.Quota.Ceiling = resource.MustParse("17Gi") },
+			want:    []string{`spec.quota.ceiling: Invalid value: "17Gi": exceeds the total 16Gi of KVCachePool shared-dram; lower the ceiling or raise the pool's spec.quota.total`},
+		},
+		{
+			name:   "changing the ceiling is admitted when the pool has gone since",
+			old:    vtBinding("team-a", "team-a", "shared-dram", ""),
+			mutate: func(b *kvv1.KVCachePoolBinding) { b.Spec.Quota.Ceiling = resource.MustParse("4Gi") },
+		},
+		{
+			name:    "an update does not judge the domain again: a ceiling change on a Binding that shares its domain is admitted",
+			cluster: append(vtWalkthrough(), vtBinding("team-b", "team-b", "shared-dram", "")),
+			old:     vtBinding("team-b", "team-b", "shared-dram", ""),
+			mutate:  func(b *kvv1.KVCachePoolBinding) { b.Spec.Quota.Ceiling = resource.MustParse("4Gi") },
+		},
+		{
+			name:   "removing a finalizer from a Binding whose pool has gone is admitted",
+			old:    vtDeleting(vtBinding("team-a", "team-a", "shared-dram", "")),
+			mutate: func(b *kvv1.KVCachePoolBinding) { b.Finalizers = nil },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := &BindingValidator{Reader: vtReader(t, tt.cluster...)}
+			var warnings admission.Warnings
+			var err error
+			if tt.old == nil {
+				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
+			} else {
+				b := tt.old.DeepCopy()
+				tt.mutate(b)
+				warnings, err = v.ValidateUpdate(context.Background(), tt.old, b)
+			}
+			assert.Empty(t, warnings)
+			assert.Equal(t, tt.want, vtCauses(t, err))
+		})
+	}
+
+	t.Run("Bindings that cannot be listed refuse the Binding with an internal error", func(t *testing.T) {
+		s, err := generator.NewScheme()
+		require.NoError(t, err)
+		r := interceptor.NewClient(fake.NewClientBuilder().WithScheme(s).WithObjects(vtWalkthrough()...).Build(), interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if _, ok := list.(*kvv1.KVCachePoolBindingList); ok {
+					return errors.New("connection refused")
+				}
+				return c.List(ctx, list, opts...)
+			},
+		})
+		_, err = (&BindingValidator{Reader: r}).ValidateCreate(context.Background(), vtBinding("team-b", "chat", "shared-dram", "chat"))
+		require.Error(t, err)
+		assert.True(t, apierrors.IsInternalError(err), "got %v", err)
+		assert.Contains(t, err.Error(), "could not read the KVCachePoolBindings: connection refused")
+	})
+}
+
+func TestModelDeploymentValidator(t *testing.T) {
+	const (
+		mixed  = `spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePool "shared-dram" offers more than one transport, rdma (members[0]), ascend (members[1]), and a vLLM client installs only one: a block on a group with another transport fails with NotSupportedTransport; make the backend's groups use one protocol or choose another pool`
+		ascend = `spec.kvCache.poolRef.name: Invalid value: "team-a": role server runs on InstanceType ascend-910b, whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: vLLM-Ascend accepts only the ascend transport and KVCachePool "shared-dram" offers tcp (members[0]): tcp against ascend, and the engine would fail at start (MooncakeBackend does not support protocol 'tcp'); set spec.transport.protocol: CANN on KVCacheBackend "mooncake-dram" (or transport.protocol: CANN on the member group serving these nodes), or choose a pool that offers ascend`
+		owned  = `spec.roles[0].extraArgs: Forbidden: "--kv_transfer_config" in args (read by the engine as --kv-transfer-config) is owned by injection: the Binding writes it, and a second value would be an ambiguity nothing reports; remove it`
+		dtype  = `spec.roles[0].extraArgs: Forbidden: --kv-cache-dtype in args is owned by injection: the Binding's domain fixes the KV cache dtype; remove it (or set the Setting model-deployment-kv-cache-dtype-owned to "false" to let containers choose)`
+	)
+	// cluster is the walkthrough with the backend replaced by one whose groups offer protocols.
+	cluster := func(protocols ...kvv1.TransportProtocol) []client.Object {
+		objs := vtWalkthrough()
+		objs[1] = vtBackend("mooncake-dram", protocols...)
+		return objs
+	}
+	withRoles := func(roles ...kvv1.Role) *kvv1.ModelDeployment {
+		md := vtDeployment()
+		md.Spec.Roles = roles
+		return md
+	}
+	tests := []struct {
+		name    string
+		cluster []client.Object
+		old     *kvv1.ModelDeployment
+		obj     *kvv1.ModelDeployment
+		mutate  func(md *kvv1.ModelDeployment)
+		want    []string
+	}{
+		{
+			name:    "the walkthrough deployment is admitted",
+			cluster: vtWalkthrough(),
+			obj:     vtDeployment(),
+		},
+		{
+			name:    "a deployment whose Binding is missing is refused, saying to name one in this namespace",
+			cluster: vtWalkthrough()[:3],
+			obj:     vtDeployment(),
+			want:    []string{`spec.kvCache.poolRef.name: Not found: "team-a": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+		},
+		{
+			name:    "a Binding of the same name in another namespace does not count",
+			cluster: append(vtWalkthrough()[:3], vtBinding("team-b", "team-a", "shared-dram", "")),
+			obj:     vtDeployment(),
+			want:    []string{`spec.kvCache.poolRef.name: Not found: "team-a": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+		},
+		{
+			name:    "a Binding being deleted is refused to a new deployment",
+			cluster: append(vtWalkthrough()[:3], vtDeleting(vtBinding("team-a", "team-a", "shared-dram", ""))),
+			obj:     vtDeployment(),
+			want:    []string{"spec.kvCache.poolRef.name: Forbidden: KVCachePoolBinding team-a/team-a is being deleted, so new workloads may not attach to it; name another Binding"},
+		},
+		{
+			name:    "scaling a deployment already attached to a Binding being deleted is admitted",
+			cluster: append(vtWalkthrough()[:3], vtDeleting(vtBinding("team-a", "team-a", "shared-dram", ""))),
+			old:     vtDeployment(),
+			mutate:  func(md *kvv1.ModelDeployment) { md.Spec.Roles[0].Replicas = ptr.To[int32](3) },
+		},
+		{
+			name:    "a Binding whose pool is missing is refused",
+			cluster: []client.Object{vtBinding("team-a", "team-a", "shared-dram", "")},
+			obj:     vtDeployment(),
+			want:    []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePool "shared-dram", named by KVCachePoolBinding team-a/team-a, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef`},
+		},
+		{
+			name:    "vLLM on a pool offering rdma and ascend is refused with NotSupportedTransport",
+			cluster: cluster(kvv1.ProtocolRDMA, kvv1.ProtocolCANN),
+			obj:     vtDeployment(),
+			want:    []string{mixed},
+		},
+		{
+			name:    "vLLM on a pool offering rdma on every group is admitted",
+			cluster: cluster(kvv1.ProtocolRDMA, kvv1.ProtocolRDMA),
+			obj:     vtDeployment(),
+		},
+		{
+			name:    "vLLM on an ascend InstanceType with a tcp pool is refused with the vLLM-Ascend message",
+			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			want:    []string{ascend},
+		},
+		{
+			name:    "vLLM on an ascend InstanceType with a CANN pool is admitted",
+			cluster: append(cluster(kvv1.ProtocolCANN), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+		},
+		{
+			name:    "vLLM on an nvidia InstanceType with a tcp pool is admitted",
+			cluster: append(vtWalkthrough(), vtInstanceType("h100", kvv1.ManufacturerNVIDIA)),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "h100"}),
+		},
+		{
+			name:    "a role whose InstanceType does not exist is judged as plain vLLM",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+		},
+		{
+			name:    "SGLang on an ascend InstanceType stays SGLang",
+			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
+			obj: func() *kvv1.ModelDeployment {
+				md := withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"})
+				md.Spec.Engine = kvv1.Engine{Name: kvv1.EngineSGLang, Version: "0.5.18"}
+				return md
+			}(),
+		},
+		{
+			name:    "two ascend roles on a tcp pool are refused once, naming both",
+			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
+			obj: withRoles(
+				kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill, InstanceType: "ascend-910b"},
+				kvv1.Role{Name: "decode", Kind: kvv1.RoleDecode, InstanceType: "ascend-910b"}),
+			want: []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": roles prefill (InstanceType ascend-910b), decode (InstanceType ascend-910b) run on InstanceTypes whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: vLLM-Ascend accepts only the ascend transport and KVCachePool "shared-dram" offers tcp (members[0]): tcp against ascend, and the engine would fail at start (MooncakeBackend does not support protocol 'tcp'); set spec.transport.protocol: CANN on KVCacheBackend "mooncake-dram" (or transport.protocol: CANN on the member group serving these nodes), or choose a pool that offers ascend`},
+		},
+		{
+			name:    "an owned flag in extraArgs is refused in its underscore spelling",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--kv_transfer_config", `{"kv_connector":"X"}`}}),
+			want:    []string{owned},
+		},
+		{
+			name:    "the dtype flag is refused while the Setting is absent (owned by default)",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--kv-cache-dtype", "fp8"}}),
+			want:    []string{dtype},
+		},
+		{
+			name:    "the dtype flag is admitted when the Setting says the dtype is not owned",
+			cluster: append(vtWalkthrough(), vtSetting(kvv1.SettingKVCacheDtypeOwned, "false")),
+			obj:     withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--kv-cache-dtype", "fp8"}}),
+		},
+		{
+			name:    "an owned flag is admitted on a deployment without a cache: nothing is injected",
+			cluster: vtWalkthrough(),
+			obj: func() *kvv1.ModelDeployment {
+				md := withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--kv-transfer-config", "{}"}})
+				md.Spec.KVCache = nil
+				return md
+			}(),
+		},
+		{
+			name:    "MOONCAKE_CONFIG_PATH in a vLLM role's env is refused",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", Env: []corev1.EnvVar{{Name: "HF_HOME", Value: "/data"}, {Name: "MOONCAKE_CONFIG_PATH", Value: "/x.json"}}}),
+			want:    []string{"spec.roles[0].env[1].name: Forbidden: MOONCAKE_CONFIG_PATH selects where vLLM reads its store configuration from, which would leave every value the Binding configures unread; remove it and let the Binding configure the store"},
+		},
+		{
+			name:    "MOONCAKE_CONFIG_PATH on SGLang, which does not read it, is admitted; its own source variable is refused",
+			cluster: vtWalkthrough(),
+			obj: func() *kvv1.ModelDeployment {
+				md := withRoles(kvv1.Role{Name: "server", Env: []corev1.EnvVar{{Name: "MOONCAKE_CONFIG_PATH"}, {Name: "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"}}})
+				md.Spec.Engine = kvv1.Engine{Name: kvv1.EngineSGLang, Version: "0.5.18"}
+				return md
+			}(),
+			want: []string{"spec.roles[0].env[1].name: Forbidden: SGLANG_HICACHE_MOONCAKE_CONFIG_PATH selects where SGLang reads its store configuration from, which would leave every value the Binding configures unread; remove it and let the Binding configure the store"},
+		},
+		{
+			name:    "the shape rules run too: a Prefill role without a Decode role is refused",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill}),
+			want:    []string{`spec.roles[0].kind: Invalid value: "Prefill": a Prefill role hands its KV cache to a Decode role and this deployment has none; add a role with kind: Decode, or set kind: Server`},
+		},
+		{
+			name:    "attaching on update to a Binding that does not exist is refused",
+			cluster: vtWalkthrough(),
+			old:     func() *kvv1.ModelDeployment { md := vtDeployment(); md.Spec.KVCache = nil; return md }(),
+			mutate: func(md *kvv1.ModelDeployment) {
+				md.Spec.KVCache = &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "team-x"}}
+			},
+			want: []string{`spec.kvCache.poolRef.name: Not found: "team-x": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+		},
+		{
+			name:   "removing a finalizer is admitted when the Binding has gone",
+			old:    vtDeleting(vtDeployment()),
+			mutate: func(md *kvv1.ModelDeployment) { md.Finalizers = nil },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := &ModelDeploymentValidator{Reader: vtReader(t, tt.cluster...)}
+			var warnings admission.Warnings
+			var err error
+			if tt.old == nil {
+				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
+			} else {
+				md := tt.old.DeepCopy()
+				tt.mutate(md)
+				warnings, err = v.ValidateUpdate(context.Background(), tt.old, md)
+			}
+			assert.Empty(t, warnings)
+			assert.Equal(t, tt.want, vtCauses(t, err))
+		})
+	}
+
+	t.Run("an InstanceType that cannot be read refuses the deployment with an internal error", func(t *testing.T) {
+		v := &ModelDeploymentValidator{Reader: vtFailingReader[*kvv1.InstanceType](t, vtWalkthrough()...)}
+		_, err := v.ValidateCreate(context.Background(), withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}))
+		require.Error(t, err)
+		assert.True(t, apierrors.IsInternalError(err), "got %v", err)
+		assert.Contains(t, err.Error(), "could not read InstanceType ascend-910b: ")
+	})
+}
+
+func TestSettingValidator(t *testing.T) {
+	v := &SettingValidator{Reader: vtReader(t)}
+	ctx := context.Background()
+
+	_, err := v.ValidateCreate(ctx, vtImageSetting())
+	assert.NoError(t, err)
+
+	_, err = v.ValidateCreate(ctx, vtSetting("kv-cache-dtype", "bfloat16"))
+	assert.Equal(t, []string{`metadata.name: Unsupported value: "kv-cache-dtype": supported values: "kv-cache-backend-image", "model-deployment-kv-cache-dtype-owned"`}, vtCauses(t, err))
+
+	old := vtSetting(kvv1.SettingKVCacheDtypeOwned, "true")
+	s := old.DeepCopy()
+	s.Spec.Value = "no"
+	_, err = v.ValidateUpdate(ctx, old, s)
+	assert.Equal(t, []string{`spec.value: Unsupported value: "no": supported values: "true", "false"`}, vtCauses(t, err))
+
+	s.Spec.Value = "false"
+	_, err = v.ValidateUpdate(ctx, old, s)
+	assert.NoError(t, err)
+
+	_, err = v.ValidateDelete(ctx, old)
+	assert.NoError(t, err)
+}
