@@ -233,3 +233,34 @@ func podOf(t *testing.T, d document) (*corev1.Pod, string, string, bool) {
 	}
 	return pod, gvk.Kind, top.GetName(), true
 }
+
+func TestInjectJSONAndUsage(t *testing.T) {
+	dir := golden.Dir("inject")
+	cluster := filepath.Join(dir, "cluster.yaml")
+	code, out, errOut := kvcache(t, "", "inject", "-f", filepath.Join(dir, "cronjob-and-passthrough.yaml"), "--cluster", cluster, "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	var list struct {
+		Kind  string           `json:"kind"`
+		Items []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	assert.Equal(t, "List", list.Kind)
+	require.Len(t, list.Items, 3, "every input document, in order")
+	assert.Equal(t, "ConfigMap", list.Items[0]["kind"])
+	assert.Equal(t, "CronJob", list.Items[1]["kind"])
+	assert.Contains(t, out, `"kvcache.gpustack.ai/injected"`)
+
+	code, out, errOut = kvcache(t, "", "inject", "--cluster", cluster)
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, "-f FILE is required")
+
+	code, _, errOut = kvcache(t, "", "inject", "-f", filepath.Join(dir, "vllm-server.yaml"), "--cluster", filepath.Join(dir, "vllm-server.yaml"))
+	assert.Equal(t, exitUsage, code, "a Pod is not a cluster object")
+	assert.Contains(t, errOut, "kind Pod (v1) is not an input here")
+
+	code, out, errOut = kvcache(t, "", "inject", "-f", filepath.Join(dir, "vllm-server.yaml"))
+	assert.Equal(t, exitInvalid, code, "without --cluster there is no Binding to resolve")
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, `refused: Pod/bench: KVCachePoolBinding "team-a" not found in namespace "team-a"`)
+}

@@ -24,7 +24,7 @@ import (
 )
 
 // loadObjects decodes a YAML file of Kubernetes objects.
-func loadObjects(t *testing.T, path string) []generator.Object {
+func loadObjects(t testing.TB, path string) []generator.Object {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -41,7 +41,7 @@ func loadObjects(t *testing.T, path string) []generator.Object {
 // and then deleted; an object whose referent does not exist (a pool over a missing backend, a
 // Binding of a missing pool) is created next to a placeholder referent that is deleted again,
 // since the validating webhooks refuse dangling references at creation.
-func applyCluster(t *testing.T, path string) {
+func applyCluster(t testing.TB, path string) {
 	t.Helper()
 	ctx := context.Background()
 	objs := loadObjects(t, path)
