@@ -47,14 +47,7 @@ KVCacheBackends and Settings. A pool without status gets the status the operator
 A refused Pod exits 1 with "refused: <kind>/<name>: <message>" on stderr and nothing on stdout.
 Admission warnings are printed on stderr as "warning: ...".`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			out, err := o.run(cmd)
-			if err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(out)
-			return err
-		},
+		RunE: printOnSuccess(o.run),
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to inject (repeatable; - reads stdin)")
 	cmd.Flags().StringArrayVar(&o.cluster, "cluster", nil, "objects the webhook would read: Bindings, pools, backends, Settings (repeatable)")

@@ -85,3 +85,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
+
+// printOnSuccess runs a command that builds its whole output first and writes it to stdout only
+// when it succeeded, so a failure never leaves half a stream behind.
+func printOnSuccess(run func(*cobra.Command) ([]byte, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		out, err := run(cmd)
+		if err != nil {
+			return err
+		}
+		_, err = cmd.OutOrStdout().Write(out)
+		return err
+	}
+}

@@ -31,14 +31,7 @@ objects given with -f. Without -f it renders the built-in walkthrough example.
 
 The output is what the operator applies: both call the same renderer.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			out, err := o.run(cmd)
-			if err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(out)
-			return err
-		},
+		RunE: printOnSuccess(o.run),
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifest file to render (repeatable; - reads stdin)")
 	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace the managed store runs in")
