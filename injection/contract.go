@@ -1,6 +1,7 @@
 package injection
 
 import (
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 )
 
@@ -49,8 +50,8 @@ const (
 
 // Pool condition read by injection, and the reason that means "no ledger, inject no tenant".
 const (
-	ConditionQuotaLedgerAvailable = "QuotaLedgerAvailable"
-	ReasonMultiTenancyDisabled    = "MultiTenancyDisabled"
+	ConditionQuotaLedgerAvailable = kvv1.ConditionQuotaLedgerAvailable
+	ReasonMultiTenancyDisabled    = kvv1.ReasonMultiTenancyDisabled
 )
 
 // Record is the kvcache.gpustack.ai/injected annotation: what was decided. Field order is the

@@ -7,6 +7,15 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +29,10 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/backend"
+	"github.com/kvcache-operator/kvcache/operator/pool"
+	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/webhook"
 )
 
@@ -43,6 +56,15 @@ type Options struct {
 	HealthProbeBindAddress string
 	// LeaderElect elects one replica to run the controllers; webhooks serve on every replica.
 	LeaderElect bool
+	// DisableControllers serves the webhooks alone (webhook test suites; a webhook-only
+	// deployment). DisableWebhooks runs the controllers alone (controller test suites).
+	DisableControllers bool
+	DisableWebhooks    bool
+	// AdminAddress, when set, overrides a backend's admin host:port ("" keeps the derived one).
+	// Tests point it at a store on loopback; a cluster never needs it.
+	AdminAddress func(b *kvv1.KVCacheBackend) string
+	// PollInterval of the store observations; the controllers' default when zero.
+	PollInterval time.Duration
 }
 
 // New builds the manager with every webhook registered. Call Start on the result.
@@ -59,6 +81,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrlmanager.Options{
 		Scheme:                  scheme,
+		Cache:                   cacheOptions(o.SystemNamespace),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElect,
@@ -71,17 +94,24 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
-	if err := registerWebhooks(mgr); err != nil {
-		return nil, err
+	if !o.DisableWebhooks {
+		if err := registerWebhooks(mgr); err != nil {
+			return nil, err
+		}
+		// Ready only once the webhook server serves: a replica that cannot answer admission
+		// must not receive it.
+		if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if !o.DisableControllers {
+		if err := registerControllers(mgr, o); err != nil {
+			return nil, err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
-	// Ready only once the webhook server serves: a replica that cannot answer admission must
-	// not receive it.
-	if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
-		return mgr.GetWebhookServer().StartedChecker()(req)
-	}); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -121,4 +151,60 @@ func registerWebhooks(mgr ctrl.Manager) error {
 // controller-runtime's convention and templates/webhooks names the same ones.
 func ValidatePath(kind string) string {
 	return "/validate-" + strings.ReplaceAll(kvv1.GroupVersion.Group, ".", "-") + "-" + kvv1.GroupVersion.Version + "-" + kind
+}
+
+// cacheOptions keep the manager's cache to what it needs: the store's Pods and Leases in the
+// system namespace, and only the children the operator manages. Pods and workloads elsewhere
+// are never cached, so memory does not grow with the cluster.
+func cacheOptions(systemNamespace string) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{generator.LabelManagedBy: generator.ManagedBy})
+	store := labels.SelectorFromSet(labels.Set{generator.LabelName: generator.StoreName})
+	inSystem := map[string]cache.Config{systemNamespace: {}}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:            {Label: store, Namespaces: inSystem},
+		&coordinationv1.Lease{}:  {Namespaces: inSystem},
+		&appsv1.Deployment{}:     {Label: managed},
+		&appsv1.DaemonSet{}:      {Label: managed},
+		&corev1.Service{}:        {Label: managed},
+		&corev1.ConfigMap{}:      {Label: managed},
+		&corev1.ServiceAccount{}: {Label: managed},
+		&rbacv1.Role{}:           {Label: managed},
+		&rbacv1.RoleBinding{}:    {Label: managed},
+	}}
+}
+
+func registerControllers(mgr ctrl.Manager, o Options) error {
+	r, err := generator.NewRenderer()
+	if err != nil {
+		return err
+	}
+	m, err := operator.NewMetrics(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	d := r.Defaults()
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	admin := func(b *kvv1.KVCacheBackend) store.Admin {
+		addr := ""
+		if o.AdminAddress != nil {
+			addr = o.AdminAddress(b)
+		}
+		if addr == "" {
+			addr = backend.AdminAddress(b, o.SystemNamespace, d)
+		}
+		if addr == "" {
+			return nil
+		}
+		return store.New("http://"+addr, store.WithTransport(transport))
+	}
+	recorder := mgr.GetEventRecorder("kvcache-operator")
+	if err := (&backend.Reconciler{
+		Client: mgr.GetClient(), Renderer: r, SystemNamespace: o.SystemNamespace,
+		Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&pool.Reconciler{
+		Client: mgr.GetClient(), Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+	}).SetupWithManager(mgr)
 }

@@ -1,0 +1,507 @@
+// Package backend reconciles KVCacheBackends: it renders the managed store through the one
+// generator, applies the children with server-side apply, prunes what the render no longer
+// produces, restarts member Pods whose pod spec is stale, and reports the store's state as the
+// store itself reports it (never derived from the spec).
+package backend
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/store"
+)
+
+// DefaultPollInterval is how often a backend's store is read when nothing else happens.
+const DefaultPollInterval = 15 * time.Second
+
+// Reconciler reconciles KVCacheBackends.
+type Reconciler struct {
+	Client   client.Client
+	Renderer *generator.Renderer
+	// SystemNamespace is where managed stores run.
+	SystemNamespace string
+	// Admin returns the admin client of a backend's store (tests point it elsewhere).
+	Admin func(b *kvv1.KVCacheBackend) store.Admin
+	// Recorder emits the events an operator must notice.
+	Recorder events.EventRecorder
+	// Metrics counts store scrape failures.
+	Metrics *operator.Metrics
+	// PollInterval between store reads; DefaultPollInterval when zero.
+	PollInterval time.Duration
+}
+
+// childKinds are the kinds the store render produces, for pruning.
+var childKinds = []struct {
+	kind string
+	list func() client.ObjectList
+}{
+	{"Deployment", func() client.ObjectList { return &appsv1.DeploymentList{} }},
+	{"DaemonSet", func() client.ObjectList { return &appsv1.DaemonSetList{} }},
+	{"Service", func() client.ObjectList { return &corev1.ServiceList{} }},
+	{"ConfigMap", func() client.ObjectList { return &corev1.ConfigMapList{} }},
+	{"ServiceAccount", func() client.ObjectList { return &corev1.ServiceAccountList{} }},
+	{"Role", func() client.ObjectList { return &rbacv1.RoleList{} }},
+	{"RoleBinding", func() client.ObjectList { return &rbacv1.RoleBindingList{} }},
+}
+
+// SetupWithManager registers the controller: backends, their children, the pools and Bindings
+// that seed their ledgers and use them, member Pods, the election Lease and the Setting that
+// supplies the default image.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.PollInterval == 0 {
+		r.PollInterval = DefaultPollInterval
+	}
+	owned := builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&kvv1.KVCacheBackend{}).
+		Named("kvcachebackend").
+		Owns(&appsv1.Deployment{}, owned).
+		Owns(&appsv1.DaemonSet{}, owned).
+		Owns(&corev1.Service{}, owned).
+		Owns(&corev1.ConfigMap{}, owned).
+		Owns(&corev1.ServiceAccount{}, owned).
+		Owns(&rbacv1.Role{}, owned).
+		Owns(&rbacv1.RoleBinding{}, owned).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(byInstanceLabel)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.byLease)).
+		Watches(&kvv1.KVCachePool{}, handler.EnqueueRequestsFromMapFunc(byPoolBackend)).
+		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool)).
+		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(r.allBackends)).
+		Complete(r)
+}
+
+func byInstanceLabel(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[generator.LabelName] != generator.StoreName || l[generator.LabelInstance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: l[generator.LabelInstance]}}}
+}
+
+func (r *Reconciler) byLease(_ context.Context, o client.Object) []reconcile.Request {
+	if o.GetNamespace() != r.SystemNamespace {
+		return nil
+	}
+	name, ok := cutSuffix(o.GetName(), "-leader")
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return "", false
+}
+
+func byPoolBackend(_ context.Context, o client.Object) []reconcile.Request {
+	p, ok := o.(*kvv1.KVCachePool)
+	if !ok {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, b := range p.Spec.Backends {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: b}})
+	}
+	return out
+}
+
+func (r *Reconciler) byBindingPool(ctx context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*kvv1.KVCachePoolBinding)
+	if !ok {
+		return nil
+	}
+	p := &kvv1.KVCachePool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: b.Spec.PoolRef.Name}, p); err != nil {
+		return nil
+	}
+	return byPoolBackend(ctx, p)
+}
+
+func (r *Reconciler) allBackends(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &kvv1.KVCacheBackendList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, b := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
+	}
+	return out
+}
+
+// Reconcile brings one backend's store to its spec and reports what the store says.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	b := &kvv1.KVCacheBackend{}
+	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := b.DeepCopy()
+	// One status patch, always attempted, with whatever the phases found.
+	defer func() {
+		if err := r.patchStatus(ctx, before, b); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+
+	s := &state{backend: b}
+	if err := r.usedBy(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !b.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	if !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBackend) {
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.AddFinalizer(b, kvv1.FinalizerBackend)
+		if err := r.Client.Patch(ctx, b, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+		before.Finalizers = b.Finalizers
+		before.ResourceVersion = b.ResourceVersion
+	}
+	for _, phase := range []func(context.Context, *state) error{
+		r.renderAndApply,
+		r.restartStaleMembers,
+		r.observeWorkloads,
+		r.observeStore,
+	} {
+		if err := phase(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	setPhase(b)
+	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+}
+
+// state is what one reconcile learned, handed from phase to phase.
+type state struct {
+	backend   *kvv1.KVCacheBackend
+	rendered  []generator.Object
+	renderErr error
+	leader    *appsv1.Deployment
+	// replicasHeld is the leader replica count waiting for a template rollout (0: none).
+	replicasHeld int32
+	memberPods   []corev1.Pod
+	consumers    []kvv1.ObjectReference
+}
+
+// usedBy lists the pools that name the backend: they are its consumers, and deletion waits
+// for them.
+func (r *Reconciler) usedBy(ctx context.Context, s *state) error {
+	pools := &kvv1.KVCachePoolList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return err
+	}
+	for _, p := range pools.Items {
+		if slices.Contains(p.Spec.Backends, s.backend.Name) {
+			s.consumers = append(s.consumers, kvv1.ObjectReference{Kind: "KVCachePool", Name: p.Name})
+		}
+	}
+	slices.SortFunc(s.consumers, compareRefs)
+	s.backend.Status.UsedBy = s.consumers
+	setDeletable(s.backend, s.consumers)
+	return nil
+}
+
+func compareRefs(a, b kvv1.ObjectReference) int {
+	for _, p := range [][2]string{{a.Kind, b.Kind}, {a.Namespace, b.Namespace}, {a.Name, b.Name}} {
+		if p[0] != p[1] {
+			if p[0] < p[1] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// reconcileDelete holds the backend while a pool uses it; then the children go with it
+// (owner references) and the finalizer is released.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result, error) {
+	b := s.backend
+	b.Status.Phase = kvv1.PhaseDeleting
+	if len(s.consumers) > 0 {
+		b.Status.PhaseMessage = fmt.Sprintf("waiting for %s to be deleted", refNames(s.consumers))
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+	b.Status.PhaseMessage = "no pool uses the backend; releasing it"
+	if controllerutil.ContainsFinalizer(b, kvv1.FinalizerBackend) {
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.RemoveFinalizer(b, kvv1.FinalizerBackend)
+		if err := r.Client.Patch(ctx, b, patch); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// renderAndApply renders the store through the generator and applies every child; children
+// the render no longer produces (a removed group, HA turned off) are deleted. A render that
+// fails (no image resolves, say) leaves the running store alone and reports Degraded.
+func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
+	b := s.backend
+	if b.Spec.Connection.Managed == nil {
+		return nil
+	}
+	in, err := r.storeInput(ctx, b)
+	if err == nil {
+		s.rendered, err = r.Renderer.RenderStore(in)
+	}
+	if err != nil {
+		s.renderErr = err
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "%v", err)
+		return nil
+	}
+	applier := operator.Applier{Client: r.Client}
+	for _, o := range s.rendered {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			if err := r.holdReplicasForTemplate(ctx, s, d); err != nil {
+				return err
+			}
+		}
+		if _, err := applier.Apply(ctx, o); err != nil {
+			return err
+		}
+	}
+	return r.prune(ctx, b, s.rendered)
+}
+
+// storeInput gathers what the render depends on: the image Setting and the ledger's tenants.
+func (r *Reconciler) storeInput(ctx context.Context, b *kvv1.KVCacheBackend) (generator.StoreInput, error) {
+	in := generator.StoreInput{Backend: b, SystemNamespace: r.SystemNamespace}
+	setting := &kvv1.Setting{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheBackendImage}, setting); {
+	case err == nil:
+		in.BackendImageSetting = setting.Spec.Value
+	case !apierrors.IsNotFound(err):
+		return in, err
+	}
+	pools := &kvv1.KVCachePoolList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return in, err
+	}
+	bindings := &kvv1.KVCachePoolBindingList{}
+	if err := r.Client.List(ctx, bindings); err != nil {
+		return in, err
+	}
+	tenants, err := generator.TenantsFor(b.Name, pools.Items, bindings.Items)
+	if err != nil {
+		// A domain claimed twice is refused at admission; if it slips through (two Bindings
+		// created at once), seed neither rather than pick one.
+		log.FromContext(ctx).Info("ledger seed skipped", "reason", err.Error())
+		tenants = nil
+	}
+	in.Tenants = tenants
+	return in, nil
+}
+
+// holdReplicasForTemplate keeps a leader Deployment at its live replica count while a new pod
+// template rolls out or the live one is not rolled out yet: the template first, at the count
+// it has, then the count. Raising 1 -> N with an unchanged template (the electing template
+// exists at one replica already) only scales, and the first leader Pod stays.
+func (r *Reconciler) holdReplicasForTemplate(ctx context.Context, s *state, d *appsv1.Deployment) error {
+	want, err := generator.PodSpecHash(&d.Spec.Template)
+	if err != nil {
+		return err
+	}
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	d.Annotations[annotationTemplateHash] = want
+	live := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(d), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if live.Spec.Replicas == nil || d.Spec.Replicas == nil || *d.Spec.Replicas <= *live.Spec.Replicas {
+		return nil
+	}
+	if live.Annotations[annotationTemplateHash] != want || !rolledOut(live) {
+		s.replicasHeld = *d.Spec.Replicas
+		*d.Spec.Replicas = *live.Spec.Replicas
+	}
+	return nil
+}
+
+// annotationTemplateHash on the leader Deployment records the pod template it was given.
+const annotationTemplateHash = "kvcache.gpustack.ai/template-hash"
+
+// rolledOut reports whether a Deployment's current template runs on every replica and one is
+// available (only one leader replica is ever ready).
+func rolledOut(d *appsv1.Deployment) bool {
+	return d.Spec.Replicas != nil && d.Status.ObservedGeneration >= d.Generation &&
+		d.Status.UpdatedReplicas >= *d.Spec.Replicas && d.Status.AvailableReplicas >= 1
+}
+
+// prune deletes this backend's children that the render no longer produces.
+func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered []generator.Object) error {
+	keep := map[string]bool{}
+	for _, o := range rendered {
+		keep[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = true
+	}
+	sel := client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name, generator.LabelManagedBy: generator.ManagedBy}
+	for _, ck := range childKinds {
+		l := ck.list()
+		if err := r.Client.List(ctx, l, client.InNamespace(r.SystemNamespace), sel); err != nil {
+			return err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return err
+		}
+		for _, ro := range items {
+			o := ro.(client.Object)
+			kind := ck.kind
+			if keep[kind+"/"+o.GetName()] || !metav1.IsControlledBy(o, b) {
+				continue
+			}
+			if err := r.Client.Delete(ctx, o, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Pruned", "Delete", "deleted %s %s, which the spec no longer produces", kind, o.GetName())
+		}
+	}
+	return nil
+}
+
+// restartStaleMembers deletes member Pods whose pod-spec hash differs from their DaemonSet's
+// (the DaemonSets update OnDelete), one at a time and only while the rest of the group is
+// ready, so at most one member per group is away. A widened nodeSelector changes no hash and
+// restarts nobody.
+func (r *Reconciler) restartStaleMembers(ctx context.Context, s *state) error {
+	b := s.backend
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name}); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if c := p.Labels[generator.LabelComponent]; c != "leader" && c != "" {
+			s.memberPods = append(s.memberPods, p)
+		}
+	}
+	slices.SortFunc(s.memberPods, func(a, b corev1.Pod) int { return compareStrings(a.Name, b.Name) })
+	for _, o := range s.rendered {
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		want := ds.Spec.Template.Labels[generator.LabelPodSpecHash]
+		component := ds.Labels[generator.LabelComponent]
+		var stale []corev1.Pod
+		allReady := true
+		for _, p := range s.memberPods {
+			if p.Labels[generator.LabelComponent] != component {
+				continue
+			}
+			if !p.DeletionTimestamp.IsZero() {
+				allReady = false // a member is already away
+				continue
+			}
+			if p.Labels[generator.LabelPodSpecHash] != want {
+				stale = append(stale, p)
+			} else if !podReady(&p) {
+				allReady = false
+			}
+		}
+		if len(stale) == 0 || !allReady {
+			continue
+		}
+		p := stale[0]
+		if err := r.Client.Delete(ctx, &p); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		r.Recorder.Eventf(b, &p, corev1.EventTypeNormal, "MemberRestarted", "Delete", "deleted member Pod %s: its pod spec is stale (%d stale in %s)", p.Name, len(stale), ds.Name)
+	}
+	return nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// observeWorkloads reads the leader Deployment and the election Lease.
+func (r *Reconciler) observeWorkloads(ctx context.Context, s *state) error {
+	b := s.backend
+	m := b.Spec.Connection.Managed
+	if m == nil {
+		return nil
+	}
+	d := &appsv1.Deployment{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.SystemNamespace, Name: generator.LeaderName(b.Name)}, d); {
+	case err == nil:
+		s.leader = d
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	setRolloutComplete(b, s.leader, s.replicasHeld)
+	if !m.Leader.Electing() {
+		removeCondition(b, kvv1.ConditionElectionObserved)
+		return nil
+	}
+	lease := &coordinationv1.Lease{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.SystemNamespace, Name: generator.LeaderName(b.Name)}, lease)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err != nil {
+		lease = nil
+	}
+	if prev, now := holder(b), leaseHolder(lease); prev != "" && now != "" && prev != now {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "LeaderHandover", "Elect", "the store's leader moved from %s to %s: every object held in member memory is lost (cold cache)", prev, now)
+	}
+	setElectionObserved(b, lease)
+	return nil
+}
+
+// patchStatus writes the status when it changed, and only then: steady state writes nothing.
+func (r *Reconciler) patchStatus(ctx context.Context, before, b *kvv1.KVCacheBackend) error {
+	b.Status.ObservedGeneration = b.Generation
+	if equality.Semantic.DeepEqual(before.Status, b.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/values"
+)
+
+// observeStore reads the store through its admin API: health decides LeaderAvailable, the
+// metrics give the capacity (only while the leader says it serves; absent, not zero,
+// otherwise), the segment listing gives the members.
+func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
+	b := s.backend
+	b.Status.Endpoints = r.endpoints(b)
+	if s.renderErr != nil {
+		b.Status.PhaseMessage = renderFailedPrefix + s.renderErr.Error()
+	} else if strings.HasPrefix(b.Status.PhaseMessage, renderFailedPrefix) {
+		b.Status.PhaseMessage = ""
+	}
+	admin := r.Admin(b)
+	if admin == nil {
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint")
+		b.Status.Capacity = nil
+		return nil
+	}
+	h, err := admin.Health(ctx)
+	if err != nil {
+		r.Metrics.ScrapeFailed(b.Name, "health", err)
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "Unreachable", err.Error())
+		r.capacityLost(b)
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "LeaderUnavailable", "the leader does not answer")
+		return nil
+	}
+	if !h.ServiceReady {
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "NotServing", fmt.Sprintf("the master answers but is not serving (role %q, ha_state %q)", h.Role, h.HAState))
+		r.capacityLost(b)
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "LeaderUnavailable", "the leader is not serving")
+		return nil
+	}
+	set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
+
+	segments, segErr := admin.Segments(ctx)
+	if segErr != nil && !errors.Is(segErr, store.ErrNotSupported) {
+		r.Metrics.ScrapeFailed(b.Name, "segments", segErr)
+	}
+	m, err := admin.Metrics(ctx)
+	if err != nil {
+		r.Metrics.ScrapeFailed(b.Name, "metrics", err)
+		b.Status.Capacity = nil
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "ScrapeFailed", err.Error())
+	} else {
+		used := resource.NewQuantity(m.AllocatedBytes, resource.BinarySI)
+		b.Status.Capacity = &kvv1.Capacity{Total: *resource.NewQuantity(m.TotalCapacityBytes, resource.BinarySI), Used: used}
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionTrue, "Observed",
+			fmt.Sprintf("the master reports %s across %d segment(s)", b.Status.Capacity.Total.String(), len(segments)))
+	}
+	r.setMembers(b, s.memberPods, segments, segErr)
+	return nil
+}
+
+// capacityLost drops the capacity: it is published only while the leader serves. A store that
+// had reported it says so (the cache it held is gone with the leader).
+func (r *Reconciler) capacityLost(b *kvv1.KVCacheBackend) {
+	b.Status.Capacity = nil
+	if wasObserved(b) {
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "LeaderUnavailable",
+			"the leader does not serve: capacity is unknown, and a leader that comes back starts with a cold cache")
+		return
+	}
+	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "NotObserved", "the store has not reported its capacity yet")
+}
+
+func describeRole(h store.Health) string {
+	if h.Role == "" {
+		return "the master serves"
+	}
+	return fmt.Sprintf("the master serves (role %s, ha_state %s)", h.Role, h.HAState)
+}
+
+// setMembers joins the master's segments to member Pods by address (a segment is named
+// <MOONCAKE_LOCAL_HOSTNAME>:<port>, and members set that to the Pod IP) and reports the member
+// Pods that have not registered.
+func (r *Reconciler) setMembers(b *kvv1.KVCacheBackend, pods []corev1.Pod, segments []store.Segment, segErr error) {
+	byIP := map[string]*corev1.Pod{}
+	for i := range pods {
+		if ip := pods[i].Status.PodIP; ip != "" && pods[i].DeletionTimestamp.IsZero() {
+			byIP[ip] = &pods[i]
+		}
+	}
+	b.Status.Members = nil
+	mounted := map[string]bool{}
+	for _, seg := range segments {
+		m := kvv1.MemberStatus{Segment: seg.Name, Protocol: seg.Protocol, Status: seg.Status, Capacity: resource.NewQuantity(seg.SizeBytes, resource.BinarySI)}
+		host := seg.Name
+		if i := strings.LastIndex(host, ":"); i >= 0 {
+			host = host[:i]
+		}
+		if p, ok := byIP[host]; ok {
+			m.Pod, m.Node = p.Name, p.Spec.NodeName
+			mounted[p.Name] = true
+		}
+		b.Status.Members = append(b.Status.Members, m)
+	}
+	switch {
+	case errors.Is(segErr, store.ErrNotSupported):
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "SegmentsUnsupported", "the master does not list segments (Mooncake before 0.3.12)")
+		return
+	case segErr != nil:
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "ScrapeFailed", segErr.Error())
+		return
+	}
+	if b.Spec.Connection.Managed == nil {
+		if len(segments) == 0 {
+			set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NoSegments", "the store lists no mounted segment")
+			return
+		}
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, "Mounted", fmt.Sprintf("%d segment(s) mounted", len(segments)))
+		return
+	}
+	var missing []string
+	for _, p := range pods {
+		if p.DeletionTimestamp.IsZero() && !mounted[p.Name] {
+			missing = append(missing, p.Name)
+		}
+	}
+	switch {
+	case len(pods) == 0:
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NoMemberPods",
+			fmt.Sprintf("no member Pod runs in %s: check that the member groups' nodeSelectors match nodes", r.SystemNamespace))
+	case len(missing) > 0:
+		prev := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionMembersMounted)
+		msg := fmt.Sprintf("member Pods not registered with the master: %s (%d of %d mounted)", strings.Join(missing, ", "), len(pods)-len(missing), len(pods))
+		if prev == nil || prev.Message != msg {
+			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "MemberNotRegistered", "Observe", "%s", msg)
+		}
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NotRegistered", msg)
+	default:
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, "AllMounted", fmt.Sprintf("all %d member Pod(s) registered their segments", len(pods)))
+	}
+}
+
+// endpoints are the store's addresses: derived for a managed store, declared for an external
+// one.
+func (r *Reconciler) endpoints(b *kvv1.KVCacheBackend) []kvv1.Endpoint {
+	if e := b.Spec.Connection.External; e != nil {
+		out := append([]kvv1.Endpoint(nil), e.Endpoints...)
+		return out
+	}
+	d := r.Renderer.Defaults()
+	return []kvv1.Endpoint{
+		{Name: kvv1.EndpointClient, Address: generator.ClientEndpoint(b.Name, r.SystemNamespace, d)},
+		{Name: kvv1.EndpointAdmin, Address: generator.AdminEndpoint(b.Name, r.SystemNamespace, d)},
+	}
+}
+
+// AdminAddress is the host:port of a backend's admin API.
+func AdminAddress(b *kvv1.KVCacheBackend, systemNamespace string, d values.Defaults) string {
+	if e := b.Spec.Connection.External; e != nil {
+		for _, ep := range e.Endpoints {
+			if ep.Name == kvv1.EndpointAdmin {
+				return ep.Address
+			}
+		}
+		return ""
+	}
+	return generator.AdminEndpoint(b.Name, systemNamespace, d)
+}

@@ -1,0 +1,146 @@
+package backend
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator/store"
+)
+
+func managedBackend() *kvv1.KVCacheBackend {
+	b := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "mooncake-dram", Generation: 3}}
+	b.Spec.Connection.Managed = &kvv1.ManagedConnection{Members: []kvv1.MemberGroup{{
+		NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("8Gi"),
+	}}}
+	b.Default()
+	return b
+}
+
+func cond(b *kvv1.KVCacheBackend, t string) metav1.Condition {
+	c := meta.FindStatusCondition(b.Status.Conditions, t)
+	if c == nil {
+		return metav1.Condition{}
+	}
+	return metav1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message, ObservedGeneration: c.ObservedGeneration}
+}
+
+func deployment(replicas, updated, available, ready int32, observed, gen int64) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Generation: gen},
+		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
+		Status:     appsv1.DeploymentStatus{ObservedGeneration: observed, UpdatedReplicas: updated, AvailableReplicas: available, ReadyReplicas: ready},
+	}
+}
+
+func TestRolloutComplete(t *testing.T) {
+	cases := []struct {
+		name   string
+		d      *appsv1.Deployment
+		held   int32
+		status metav1.ConditionStatus
+		reason string
+		msg    string
+	}{
+		{"no Deployment yet", nil, 0, metav1.ConditionFalse, "NotCreated", "the leader Deployment does not exist yet"},
+		{"three desired, one ready is complete: standbys are not ready by design", deployment(3, 3, 1, 1, 2, 2), 0, metav1.ConditionTrue, "Complete",
+			"3 desired / 1 ready: one serving leader and 2 standbys, not ready by design"},
+		{"a replica count held for a template rollout is pending", deployment(1, 1, 1, 1, 2, 2), 3, metav1.ConditionFalse, "ReplicasPending",
+			"rolling out the current pod template at 1 replica(s) before scaling to 3"},
+		{"an unobserved spec is progressing", deployment(1, 1, 1, 1, 1, 2), 0, metav1.ConditionFalse, "Progressing", "the Deployment controller has not observed the latest spec"},
+		{"replicas still on the old template are progressing", deployment(3, 1, 1, 1, 2, 2), 0, metav1.ConditionFalse, "Progressing", "1 of 3 leader replicas run the current template"},
+		{"no ready leader", deployment(1, 1, 0, 0, 2, 2), 0, metav1.ConditionFalse, "NoLeaderReady", "no leader replica is ready"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := managedBackend()
+			setRolloutComplete(b, c.d, c.held)
+			assert.Equal(t, metav1.Condition{Type: kvv1.ConditionRolloutComplete, Status: c.status, Reason: c.reason, Message: c.msg, ObservedGeneration: 3}, cond(b, kvv1.ConditionRolloutComplete))
+		})
+	}
+}
+
+func TestElectionObserved(t *testing.T) {
+	b := managedBackend()
+	setElectionObserved(b, nil)
+	assert.Equal(t, "NoLease", cond(b, kvv1.ConditionElectionObserved).Reason)
+	setElectionObserved(b, &coordinationv1.Lease{})
+	assert.Equal(t, "NoHolder", cond(b, kvv1.ConditionElectionObserved).Reason)
+	setElectionObserved(b, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mooncake-dram-leader-7d9c-x2")}})
+	assert.Equal(t, "held by mooncake-dram-leader-7d9c-x2", cond(b, kvv1.ConditionElectionObserved).Message)
+	assert.Equal(t, "mooncake-dram-leader-7d9c-x2", holder(b))
+}
+
+func pod(name, ip string) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{PodIP: ip}, Spec: corev1.PodSpec{NodeName: "node-" + name}}
+}
+
+func TestMembersAreJoinedToPodsByAddress(t *testing.T) {
+	r := &Reconciler{Recorder: events.NewFakeRecorder(10), SystemNamespace: "gpustack-system"}
+	b := managedBackend()
+	pods := []corev1.Pod{pod("m-a", "10.0.0.1"), pod("m-b", "10.0.0.2"), pod("m-c", "10.0.0.3")}
+	segs := []store.Segment{{Name: "10.0.0.1:15001", SizeBytes: 8 << 30, Protocol: "tcp", Status: "OK"}, {Name: "10.0.0.3:15002", SizeBytes: 8 << 30, Protocol: "tcp", Status: "OK"}}
+	r.setMembers(b, pods, segs, nil)
+	assert.Equal(t, metav1.Condition{Type: kvv1.ConditionMembersMounted, Status: metav1.ConditionFalse, Reason: "NotRegistered",
+		Message: "member Pods not registered with the master: m-b (2 of 3 mounted)", ObservedGeneration: 3}, cond(b, kvv1.ConditionMembersMounted))
+	assert.Equal(t, "m-a", b.Status.Members[0].Pod)
+	assert.Equal(t, "node-m-c", b.Status.Members[1].Node)
+	assert.Equal(t, "8Gi", b.Status.Members[1].Capacity.String())
+
+	r.setMembers(b, pods[:1], segs[:1], nil)
+	assert.Equal(t, "AllMounted", cond(b, kvv1.ConditionMembersMounted).Reason)
+	r.setMembers(b, nil, nil, nil)
+	assert.Equal(t, "NoMemberPods", cond(b, kvv1.ConditionMembersMounted).Reason)
+	r.setMembers(b, pods, nil, store.ErrNotSupported)
+	assert.Equal(t, metav1.ConditionUnknown, cond(b, kvv1.ConditionMembersMounted).Status, "a master before 0.3.12 lists no segments: unknown, not an error")
+}
+
+func TestPhase(t *testing.T) {
+	serving := func(b *kvv1.KVCacheBackend) {
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", "")
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionTrue, "Observed", "")
+		b.Status.Capacity = &kvv1.Capacity{Total: resource.MustParse("16Gi")}
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, "AllMounted", "")
+	}
+	cases := []struct {
+		name  string
+		setup func(b *kvv1.KVCacheBackend)
+		phase kvv1.Phase
+	}{
+		{"serving, capacity observed, all members mounted is Ready", serving, kvv1.PhaseReady},
+		{"never observed is Provisioning", func(*kvv1.KVCacheBackend) {}, kvv1.PhaseProvisioning},
+		{"a leader not yet rolled out that does not answer is Provisioning", func(b *kvv1.KVCacheBackend) {
+			set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "Unreachable", "dial tcp: connection refused")
+		}, kvv1.PhaseProvisioning},
+		{"a store that served and stopped answering is an Error", func(b *kvv1.KVCacheBackend) {
+			serving(b)
+			set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "Unreachable", "dial tcp: connection refused")
+			set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "LeaderUnavailable", "")
+		}, kvv1.PhaseError},
+		{"a member not registered is Degraded", func(b *kvv1.KVCacheBackend) {
+			serving(b)
+			set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NotRegistered", "member Pods not registered with the master: m-b")
+		}, kvv1.PhaseDegraded},
+		{"a render that fails is Degraded with its message", func(b *kvv1.KVCacheBackend) {
+			serving(b)
+			b.Status.PhaseMessage = renderFailedPrefix + "no store image"
+		}, kvv1.PhaseDegraded},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := managedBackend()
+			c.setup(b)
+			setPhase(b)
+			assert.Equal(t, c.phase, b.Status.Phase, b.Status.PhaseMessage)
+		})
+	}
+}

@@ -1,0 +1,89 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvcache-operator/kvcache/operator/store"
+)
+
+// Metrics are the operator's own series (controller-runtime already counts reconcile errors
+// per controller as controller_runtime_reconcile_errors_total).
+type Metrics struct {
+	scrapeFailures *prometheus.CounterVec
+	ledgerWrites   *prometheus.CounterVec
+}
+
+// NewMetrics registers the series with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		scrapeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvcache_store_scrape_failures_total",
+			Help: "Failed reads of a store's admin API, by backend, endpoint and reason (Unreachable, Timeout, StoreError, HTTPError).",
+		}, []string{"backend", "endpoint", "reason"}),
+		ledgerWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvcache_ledger_writes_total",
+			Help: "Tenant ledger writes by backend, operation (put, delete) and result (ok, error).",
+		}, []string{"backend", "operation", "result"}),
+	}
+	var err error
+	if m.scrapeFailures, err = register(reg, m.scrapeFailures); err != nil {
+		return nil, err
+	}
+	if m.ledgerWrites, err = register(reg, m.ledgerWrites); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+// ScrapeFailed counts a failed read of endpoint ("health", "metrics", ...).
+func (m *Metrics) ScrapeFailed(backend, endpoint string, err error) {
+	if m == nil {
+		return
+	}
+	m.scrapeFailures.WithLabelValues(backend, endpoint, FailureReason(err)).Inc()
+}
+
+// LedgerWrite counts one ledger write.
+func (m *Metrics) LedgerWrite(backend, op string, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.ledgerWrites.WithLabelValues(backend, op, result).Inc()
+}
+
+// FailureReason classifies an admin API error for metrics.
+func FailureReason(err error) string {
+	var se *store.Error
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "Timeout"
+	case errors.As(err, &se) && se.Code != 0:
+		return "StoreError"
+	case errors.As(err, &se):
+		return "HTTPError"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "Timeout"
+	default:
+		return "Unreachable"
+	}
+}

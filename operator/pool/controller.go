@@ -1,0 +1,399 @@
+// Package pool reconciles KVCachePools and the KVCachePoolBindings that divide them: it
+// resolves the pool's backend, converges the backend master's tenant ledger from the pool's
+// Bindings (a finalizer on each Binding before its first ledger write; PUT where the requested
+// figure differs; DELETE only the entries of Bindings being released, never foreign ones), and
+// reports pool and Binding status from what the ledger says.
+package pool
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/store"
+)
+
+// DefaultPollInterval is how often a pool's ledger is read when nothing else happens.
+const DefaultPollInterval = 15 * time.Second
+
+// Reconciler reconciles KVCachePools and their Bindings.
+type Reconciler struct {
+	Client client.Client
+	// Admin returns the admin client of a backend's store.
+	Admin    func(b *kvv1.KVCacheBackend) store.Admin
+	Recorder events.EventRecorder
+	Metrics  *operator.Metrics
+	// PollInterval between ledger reads; DefaultPollInterval when zero.
+	PollInterval time.Duration
+}
+
+// SetupWithManager registers the controller: pools, their Bindings, their backends, and the
+// ModelDeployments that use the Bindings.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.PollInterval == 0 {
+		r.PollInterval = DefaultPollInterval
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&kvv1.KVCachePool{}).
+		Named("kvcachepool").
+		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			b := o.(*kvv1.KVCachePoolBinding)
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: b.Spec.PoolRef.Name}}}
+		})).
+		Watches(&kvv1.KVCacheBackend{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfBackend)).
+		Watches(&kvv1.ModelDeployment{}, handler.EnqueueRequestsFromMapFunc(r.poolOfDeployment)).
+		Complete(r)
+}
+
+func (r *Reconciler) poolsOfBackend(ctx context.Context, o client.Object) []reconcile.Request {
+	pools := &kvv1.KVCachePoolList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range pools.Items {
+		if slices.Contains(p.Spec.Backends, o.GetName()) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+	}
+	return out
+}
+
+func (r *Reconciler) poolOfDeployment(ctx context.Context, o client.Object) []reconcile.Request {
+	md := o.(*kvv1.ModelDeployment)
+	if md.Spec.KVCache == nil {
+		return nil
+	}
+	b := &kvv1.KVCachePoolBinding{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: md.Namespace, Name: md.Spec.KVCache.PoolRef.Name}, b); err != nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: b.Spec.PoolRef.Name}}}
+}
+
+// state is what one reconcile learned.
+type state struct {
+	pool     *kvv1.KVCachePool
+	backend  *kvv1.KVCacheBackend
+	admin    store.Admin
+	bindings []*kvv1.KVCachePoolBinding
+	before   map[types.NamespacedName]*kvv1.KVCachePoolBinding
+	// ledger is nil when it could not be read; noLedger when the store keeps none.
+	ledger    map[string]store.Tenant
+	noLedger  bool
+	ledgerErr error
+	// holders maps a domain on this pool's backend to the Binding that holds it.
+	holders map[string]types.NamespacedName
+}
+
+// Reconcile converges one pool's ledger entries and reports pool and Binding status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	s := &state{pool: &kvv1.KVCachePool{}, before: map[types.NamespacedName]*kvv1.KVCachePoolBinding{}}
+	poolErr := r.Client.Get(ctx, req.NamespacedName, s.pool)
+	if err := client.IgnoreNotFound(poolErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.listBindings(ctx, req.Name, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if apierrors.IsNotFound(poolErr) {
+		// The pool is gone: its Bindings cannot reach a ledger any more, so nothing holds them.
+		return ctrl.Result{}, r.releaseOrphans(ctx, s)
+	}
+	beforePool := s.pool.DeepCopy()
+	defer func() {
+		if err := r.patchStatuses(ctx, beforePool, s); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	for _, phase := range []func(context.Context, *state) error{
+		r.resolveBackend,
+		r.ensureFinalizers,
+		r.readLedger,
+		r.convergeLedger,
+		r.releaseBindings,
+	} {
+		if err := phase(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	r.setStatuses(ctx, s)
+	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+}
+
+// listBindings reads the pool's Bindings and keeps a copy of each for the status patch.
+func (r *Reconciler) listBindings(ctx context.Context, pool string, s *state) error {
+	all := &kvv1.KVCachePoolBindingList{}
+	if err := r.Client.List(ctx, all); err != nil {
+		return err
+	}
+	for i := range all.Items {
+		b := &all.Items[i]
+		if b.Spec.PoolRef.Name != pool {
+			continue
+		}
+		s.bindings = append(s.bindings, b)
+		s.before[client.ObjectKeyFromObject(b)] = b.DeepCopy()
+	}
+	sort.Slice(s.bindings, func(i, j int) bool { return key(s.bindings[i]) < key(s.bindings[j]) })
+	return nil
+}
+
+func key(b *kvv1.KVCachePoolBinding) string { return b.Namespace + "/" + b.Name }
+
+// releaseOrphans drops the finalizer of Bindings whose pool no longer exists.
+func (r *Reconciler) releaseOrphans(ctx context.Context, s *state) error {
+	for _, b := range s.bindings {
+		if !b.DeletionTimestamp.IsZero() {
+			if err := r.removeFinalizer(ctx, b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) resolveBackend(ctx context.Context, s *state) error {
+	p := s.pool
+	if len(p.Spec.Backends) != 1 {
+		set(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionFalse, "InvalidSpec", "a pool names exactly one backend")
+		return nil
+	}
+	b := &kvv1.KVCacheBackend{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.Backends[0]}, b)
+	if apierrors.IsNotFound(err) {
+		set(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionFalse, "BackendNotFound",
+			fmt.Sprintf("KVCacheBackend %s does not exist", p.Spec.Backends[0]))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.backend = b
+	set(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionTrue, "Resolved", "KVCacheBackend "+b.Name)
+	p.Status.ClientEndpoint = ""
+	for _, e := range b.Status.Endpoints {
+		if e.Name == kvv1.EndpointClient {
+			p.Status.ClientEndpoint = e.Address
+		}
+	}
+	s.admin = r.Admin(b)
+	// Domains held on this backend across all of its pools, first registration first.
+	return r.domainHolders(ctx, s)
+}
+
+// domainHolders decides, for every domain on the backend, which Binding holds it: the oldest
+// (then by name). Admission refuses a second claim; two created in the same instant can slip
+// through, and the later one is then reported and left out of the ledger.
+func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
+	pools := &kvv1.KVCachePoolList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return err
+	}
+	onBackend := map[string]bool{}
+	for _, p := range pools.Items {
+		if slices.Contains(p.Spec.Backends, s.backend.Name) {
+			onBackend[p.Name] = true
+		}
+	}
+	all := &kvv1.KVCachePoolBindingList{}
+	if err := r.Client.List(ctx, all); err != nil {
+		return err
+	}
+	items := all.Items
+	sort.Slice(items, func(i, j int) bool {
+		ti, tj := items[i].CreationTimestamp, items[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return key(&items[i]) < key(&items[j])
+	})
+	s.holders = map[string]types.NamespacedName{}
+	for i := range items {
+		b := &items[i]
+		if !onBackend[b.Spec.PoolRef.Name] {
+			continue
+		}
+		d := domain(b)
+		if _, held := s.holders[d]; !held {
+			s.holders[d] = client.ObjectKeyFromObject(b)
+		}
+	}
+	return nil
+}
+
+func domain(b *kvv1.KVCachePoolBinding) string {
+	if b.Spec.Domain.Name == "" {
+		return kvv1.DefaultDomainName
+	}
+	return b.Spec.Domain.Name
+}
+
+func (s *state) holds(b *kvv1.KVCachePoolBinding) bool {
+	return s.holders[domain(b)] == client.ObjectKeyFromObject(b)
+}
+
+// ensureFinalizers puts the ledger finalizer on every live Binding before the ledger is
+// written for it, so no entry can outlive its Binding unnoticed.
+func (r *Reconciler) ensureFinalizers(ctx context.Context, s *state) error {
+	for _, b := range s.bindings {
+		if !b.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
+			continue
+		}
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.AddFinalizer(b, kvv1.FinalizerBinding)
+		if err := r.Client.Patch(ctx, b, patch); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		s.before[client.ObjectKeyFromObject(b)].Finalizers = b.Finalizers
+		s.before[client.ObjectKeyFromObject(b)].ResourceVersion = b.ResourceVersion
+	}
+	return nil
+}
+
+// readLedger lists the master's tenant ledger. A managed backend declared without
+// multi-tenancy keeps none and is not asked.
+func (r *Reconciler) readLedger(ctx context.Context, s *state) error {
+	if s.backend == nil {
+		return nil
+	}
+	if m := s.backend.Spec.Connection.Managed; m != nil && !m.Leader.MultiTenancyEnabled() {
+		s.noLedger = true
+		return nil
+	}
+	if s.admin == nil {
+		s.ledgerErr = fmt.Errorf("KVCacheBackend %s names no Admin endpoint", s.backend.Name)
+		return nil
+	}
+	tenants, err := s.admin.Tenants(ctx)
+	switch {
+	case store.HasCode(err, store.CodeUnavailableInCurrentMode):
+		s.noLedger = true
+	case err != nil:
+		r.Metrics.ScrapeFailed(s.backend.Name, "tenant_quotas", err)
+		s.ledgerErr = err
+	default:
+		s.ledger = map[string]store.Tenant{}
+		for _, t := range tenants {
+			s.ledger[t.ID] = t
+		}
+	}
+	return nil
+}
+
+// convergeLedger writes each live Binding's requested figure where the ledger differs.
+func (r *Reconciler) convergeLedger(ctx context.Context, s *state) error {
+	if s.ledger == nil {
+		return nil
+	}
+	for _, b := range s.bindings {
+		if !b.DeletionTimestamp.IsZero() || !s.holds(b) {
+			continue
+		}
+		want := b.Spec.Quota.Ceiling.Value()
+		if t, ok := s.ledger[domain(b)]; ok && t.RequestedQuotaBytes == want {
+			continue
+		}
+		t, err := s.admin.PutTenant(ctx, domain(b), want)
+		r.Metrics.LedgerWrite(s.backend.Name, "put", err)
+		if err != nil {
+			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "LedgerWriteFailed", "Register", "registering tenant %s on KVCacheBackend %s failed: %v", domain(b), s.backend.Name, err)
+			s.ledgerErr = err
+			continue
+		}
+		s.ledger[t.ID] = t
+	}
+	return nil
+}
+
+// releaseBindings deletes the ledger entry of every Binding being deleted, then lets it go. A
+// tenant that still owns objects cannot be deleted: the Binding waits, Releasable False.
+func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
+	for _, b := range s.bindings {
+		if b.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
+			continue
+		}
+		if s.ledger != nil && s.holds(b) {
+			err := s.admin.DeleteTenant(ctx, domain(b))
+			if !store.HasCode(err, store.CodeObjectNotFound) {
+				r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
+			}
+			switch {
+			case store.HasCode(err, store.CodeTenantNotEmpty):
+				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "TenantNotEmpty",
+					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", domain(b), s.backend.Name, r.PollInterval))
+				continue
+			case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
+				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerWriteFailed", err.Error())
+				continue
+			}
+			delete(s.ledger, domain(b))
+		} else if s.ledger == nil && !s.noLedger && s.backend != nil {
+			// The ledger cannot be read: wait rather than leave an entry behind.
+			set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerUnreachable", errString(s.ledgerErr))
+			continue
+		}
+		if err := r.removeFinalizer(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "the ledger could not be read"
+	}
+	return err.Error()
+}
+
+func (r *Reconciler) removeFinalizer(ctx context.Context, b *kvv1.KVCachePoolBinding) error {
+	patch := client.MergeFrom(b.DeepCopy())
+	controllerutil.RemoveFinalizer(b, kvv1.FinalizerBinding)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, b, patch))
+}
+
+// patchStatuses writes the pool's and each Binding's status where it changed, and only there.
+func (r *Reconciler) patchStatuses(ctx context.Context, beforePool *kvv1.KVCachePool, s *state) error {
+	s.pool.Status.ObservedGeneration = s.pool.Generation
+	if !equality.Semantic.DeepEqual(beforePool.Status, s.pool.Status) {
+		if err := r.Client.Status().Patch(ctx, s.pool, client.MergeFrom(beforePool)); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	for _, b := range s.bindings {
+		before := s.before[client.ObjectKeyFromObject(b)]
+		b.Status.ObservedGeneration = b.Generation
+		if equality.Semantic.DeepEqual(before.Status, b.Status) || !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) && !b.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func set(conds *[]metav1.Condition, gen int64, t string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+func quantity(bytes int64) *resource.Quantity { return resource.NewQuantity(bytes, resource.BinarySI) }

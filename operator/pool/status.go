@@ -1,0 +1,180 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+// setStatuses computes the pool's and its Bindings' status from what the reconcile found.
+func (r *Reconciler) setStatuses(ctx context.Context, s *state) {
+	p := s.pool
+	setLedgerAvailable(p, s)
+	var live []*kvv1.KVCachePoolBinding
+	for _, b := range s.bindings {
+		if b.DeletionTimestamp.IsZero() {
+			live = append(live, b)
+		}
+	}
+	setQuotaWithinTotal(p, live)
+	setCapacityAllocatable(p, s.backend)
+
+	p.Status.Domains, p.Status.UsedBy = nil, nil
+	var usage int64
+	for _, b := range live {
+		p.Status.Domains = append(p.Status.Domains, domain(b))
+		p.Status.UsedBy = append(p.Status.UsedBy, kvv1.ObjectReference{Kind: "KVCachePoolBinding", Namespace: b.Namespace, Name: b.Name})
+		if t, ok := s.ledger[domain(b)]; ok && s.holds(b) {
+			usage += t.ChargedBytes
+		}
+	}
+	sort.Strings(p.Status.Domains)
+	p.Status.Usage.Total = nil
+	if s.ledger != nil {
+		p.Status.Usage.Total = quantity(usage)
+	}
+	setPoolPhase(p)
+
+	for _, b := range s.bindings {
+		r.setBindingStatus(ctx, s, b)
+	}
+}
+
+func setLedgerAvailable(p *kvv1.KVCachePool, s *state) {
+	c := &p.Status.Conditions
+	switch {
+	case s.backend == nil:
+		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist")
+	case s.noLedger:
+		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonMultiTenancyDisabled,
+			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: ceilings are not enforced, engines get no tenant and every write lands in the store's default tenant", s.backend.Name))
+	case s.ledger == nil:
+		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, "LedgerUnreachable", errString(s.ledgerErr))
+	case s.ledgerErr != nil:
+		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, "LedgerObserved",
+			"the master keeps a tenant ledger; the last write failed: "+s.ledgerErr.Error())
+	default:
+		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, "LedgerObserved",
+			fmt.Sprintf("the master of KVCacheBackend %s keeps a tenant ledger", s.backend.Name))
+	}
+}
+
+// setQuotaWithinTotal reports whether the Bindings' ceilings together fit the pool's total. A
+// ceiling is a request, not a reservation: oversubscription is a report, the store cuts grants
+// in proportion.
+func setQuotaWithinTotal(p *kvv1.KVCachePool, live []*kvv1.KVCachePoolBinding) {
+	sum := resource.NewQuantity(0, resource.BinarySI)
+	for _, b := range live {
+		sum.Add(b.Spec.Quota.Ceiling)
+	}
+	total := p.Spec.Quota.Total
+	if sum.Cmp(total) > 0 {
+		set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionFalse, "Oversubscribed",
+			fmt.Sprintf("the Bindings' ceilings sum to %s, more than the pool's total %s; the store cuts their grants in proportion", sum.String(), total.String()))
+		return
+	}
+	set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionTrue, "WithinTotal",
+		fmt.Sprintf("the Bindings' ceilings sum to %s of the pool's total %s", sum.String(), total.String()))
+}
+
+// setCapacityAllocatable compares the pool's total with what the store reports it holds.
+func setCapacityAllocatable(p *kvv1.KVCachePool, b *kvv1.KVCacheBackend) {
+	c := &p.Status.Conditions
+	switch {
+	case b == nil || b.Status.Capacity == nil:
+		set(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionUnknown, "CapacityNotObserved", "the backend has not reported its capacity")
+	case b.Status.Capacity.Total.Cmp(p.Spec.Quota.Total) < 0:
+		set(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionFalse, "CapacityShort",
+			fmt.Sprintf("KVCacheBackend %s reports %s, less than the pool's total %s", b.Name, b.Status.Capacity.Total.String(), p.Spec.Quota.Total.String()))
+	default:
+		set(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionTrue, "Allocatable",
+			fmt.Sprintf("KVCacheBackend %s reports %s for the pool's total %s", b.Name, b.Status.Capacity.Total.String(), p.Spec.Quota.Total.String()))
+	}
+}
+
+func setPoolPhase(p *kvv1.KVCachePool) {
+	isTrue := func(t string) bool { return meta.IsStatusConditionTrue(p.Status.Conditions, t) }
+	ledger := meta.FindStatusCondition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable)
+	switch {
+	case !isTrue(kvv1.ConditionBackendResolved):
+		p.Status.Phase = kvv1.PhasePending
+	case ledger != nil && (ledger.Status == metav1.ConditionTrue || ledger.Reason == kvv1.ReasonMultiTenancyDisabled):
+		p.Status.Phase = kvv1.PhaseReady
+	default:
+		p.Status.Phase = kvv1.PhaseDegraded
+	}
+}
+
+// setBindingStatus reports what the ledger granted one Binding.
+func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVCachePoolBinding) {
+	st := &b.Status
+	c := &st.Conditions
+	g := b.Generation
+	if !b.DeletionTimestamp.IsZero() {
+		st.Phase = kvv1.PhaseDeleting
+		return
+	}
+	meta.RemoveStatusCondition(c, kvv1.ConditionReleasable)
+	if s.holds(b) {
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Registered", fmt.Sprintf("domain %s is this Binding's on its store master", domain(b)))
+	} else {
+		h := s.holders[domain(b)]
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionFalse, "DomainConflict",
+			fmt.Sprintf("domain %s is already registered on the store master by KVCachePoolBinding %s/%s; this Binding is left out of the ledger: delete it or use another domain", domain(b), h.Namespace, h.Name))
+	}
+	st.EffectiveQuota, st.Usage = nil, nil
+	t, ok := s.ledger[domain(b)]
+	switch {
+	case s.backend == nil:
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist")
+	case s.noLedger:
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, "Unenforced",
+			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: the ceiling is not enforced and writes land in the default tenant", s.backend.Name))
+	case s.ledger == nil:
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "LedgerUnreachable", errString(s.ledgerErr))
+	case !s.holds(b):
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", "the domain is held by another Binding")
+	case !ok:
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", fmt.Sprintf("the master's ledger has no entry for tenant %s yet", domain(b)))
+	default:
+		st.EffectiveQuota, st.Usage = quantity(t.EffectiveQuotaBytes), quantity(t.ChargedBytes)
+		if t.EffectiveQuotaBytes == 0 {
+			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "ZeroGranted",
+				fmt.Sprintf("the store grants tenant %s nothing (requested %s): no member segment is mounted, or the ceilings oversubscribe the store", domain(b), quantity(t.RequestedQuotaBytes).String()))
+		} else {
+			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, "Granted",
+				fmt.Sprintf("the store grants %s of the requested %s", st.EffectiveQuota.String(), quantity(t.RequestedQuotaBytes).String()))
+		}
+	}
+	st.UsedBy = r.consumers(ctx, b)
+	if meta.IsStatusConditionTrue(*c, kvv1.ConditionQuotaGranted) && meta.IsStatusConditionTrue(*c, kvv1.ConditionDomainExclusive) {
+		st.Phase = kvv1.PhaseReady
+	} else {
+		st.Phase = kvv1.PhasePending
+	}
+}
+
+// consumers lists the ModelDeployments attached through a Binding.
+func (r *Reconciler) consumers(ctx context.Context, b *kvv1.KVCachePoolBinding) []kvv1.ObjectReference {
+	mds := &kvv1.ModelDeploymentList{}
+	if err := r.Client.List(ctx, mds, client.InNamespace(b.Namespace)); err != nil {
+		log.FromContext(ctx).Error(err, "list ModelDeployments")
+		return b.Status.UsedBy
+	}
+	var out []kvv1.ObjectReference
+	for _, md := range mds.Items {
+		if md.Spec.KVCache != nil && md.Spec.KVCache.PoolRef.Name == b.Name && md.DeletionTimestamp.IsZero() {
+			out = append(out, kvv1.ObjectReference{Kind: "ModelDeployment", Namespace: md.Namespace, Name: md.Name})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -1,0 +1,346 @@
+//go:build linux
+
+// The Client against the REAL mooncake_master (and a real member) from PyPI's
+// mooncake-transfer-engine-non-cuda wheel, provided by hack/mooncake.sh. The wheel is Linux-only,
+// hence the build tag. Everything runs on loopback; no Kubernetes.
+
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const realSegmentSize = 268435456 // MOONCAKE_GLOBAL_SEGMENT_SIZE of the member
+
+// mooncakeBin runs hack/mooncake.sh (cached after the first run) and returns the venv's bin
+// directory. A failure FAILS the test: the real store is part of the suite, never skipped.
+func mooncakeBin(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "..", "hack", "mooncake.sh"))
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd := exec.Command(script)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/mooncake.sh (provides the real mooncake_master from PyPI) failed: %v\n%s", err, stderr.String())
+	}
+	bin := strings.TrimSpace(string(out))
+	for _, exe := range []string{"mooncake_master", "mc_store_rest_server"} {
+		if _, err := os.Stat(filepath.Join(bin, exe)); err != nil {
+			t.Fatalf("hack/mooncake.sh printed %q, which has no %s: %v", bin, exe, err)
+		}
+	}
+	return bin
+}
+
+// freePorts returns n distinct free loopback ports (listen on :0, close).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	return ports
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tail is the end of the process's output, for failure messages.
+func (p *proc) tail() string {
+	s := p.out.String()
+	if len(s) > 6000 {
+		s = "…" + s[len(s)-6000:]
+	}
+	return s
+}
+
+// startProc starts a process in its own process group. Cleanup sends SIGTERM to the group,
+// then SIGKILL after grace (the member ignores SIGTERM while it connects).
+func startProc(t *testing.T, name, path string, args, env []string, grace time.Duration) *proc {
+	t.Helper()
+	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(path, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Own group, so one kill reaches any child; Pdeathsig so a killed test binary leaves nothing.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, p.cmd.Start(), "starting %s", name)
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		pgid := p.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-p.done
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group, if any; ESRCH otherwise
+		if t.Failed() {
+			t.Logf("%s (%s) output:\n%s", name, strings.Join(p.cmd.Args, " "), p.tail())
+		}
+	})
+	return p
+}
+
+// poll retries f every 50 ms until it returns nil or d passes; it fails the test with the last
+// error. A process that exits meanwhile ends the wait.
+func poll(t *testing.T, d time.Duration, what string, watch []*proc, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		for _, p := range watch {
+			if p.exited() {
+				t.Fatalf("%s: %s exited (%v) while waiting; last error: %v\n%s", what, p.name, p.err, err, p.tail())
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last error: %v", what, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startMaster starts mooncake_master with the flags the leader template renders, on free ports,
+// and waits for /health. It returns the process, the RPC port and a Client of its admin port.
+func startMaster(t *testing.T, bin string, multiTenancy bool) (*proc, int, *Client) {
+	t.Helper()
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "tenant-quota-policy.yaml")
+	require.NoError(t, os.WriteFile(policy, []byte("version: 1\ntenants:\n  - name: team-a\n    quota: 1073741824\n"), 0o644))
+	ports := freePorts(t, 2)
+	rpc, met := ports[0], ports[1]
+	args := []string{
+		"-rpc_port=" + strconv.Itoa(rpc),
+		"-metrics_port=" + strconv.Itoa(met),
+		"-metrics_host=127.0.0.1",
+		"-default_kv_lease_ttl=5m",
+		"-allocation_strategy=free_ratio_first",
+		"-enable_multi_tenants=" + strconv.FormatBool(multiTenancy),
+		"-tenant_quota_connector_uri=" + policy,
+	}
+	name := "mooncake_master (multi-tenancy " + map[bool]string{true: "on", false: "off"}[multiTenancy] + ")"
+	p := startProc(t, name, filepath.Join(bin, "mooncake_master"), args, nil, 3*time.Second)
+	c := New(fmt.Sprintf("http://127.0.0.1:%d", met), WithTimeout(2*time.Second))
+	poll(t, 10*time.Second, name+" /health", []*proc{p}, func() error {
+		h, err := c.Health(context.Background())
+		if err == nil && !h.ServiceReady {
+			err = errors.New("service_ready false")
+		}
+		return err
+	})
+	return p, rpc, c
+}
+
+func TestRealStore(t *testing.T) {
+	start := time.Now()
+	bin := mooncakeBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	master, rpc, c := startMaster(t, bin, true)
+
+	h, err := c.Health(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, Health{ServiceReady: true, Role: "leader", HAState: "serving"}, h)
+
+	// The member (mc_store_rest_server) mounts a 256 MiB segment. Its tenant is team-a so that
+	// a PUT through its REST API charges team-a (mounting itself is not tenant-gated).
+	rest := freePorts(t, 1)[0]
+	member := startProc(t, "mc_store_rest_server", filepath.Join(bin, "mc_store_rest_server"),
+		[]string{"--port=" + strconv.Itoa(rest)},
+		[]string{
+			"MOONCAKE_MASTER=127.0.0.1:" + strconv.Itoa(rpc),
+			"MOONCAKE_TE_META_DATA_SERVER=P2PHANDSHAKE",
+			"MOONCAKE_PROTOCOL=tcp",
+			"MOONCAKE_LOCAL_HOSTNAME=127.0.0.1",
+			"MOONCAKE_GLOBAL_SEGMENT_SIZE=" + strconv.Itoa(realSegmentSize),
+			"MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
+			"MOONCAKE_TENANT_ID=team-a",
+			"MC_TE_METRIC=1",
+			"MC_STORE_CLIENT_SETUP_RETRIES=2",
+		}, 1500*time.Millisecond)
+	procs := []*proc{master, member}
+
+	poll(t, 10*time.Second, "master_total_capacity_bytes == segment size", procs, func() error {
+		m, err := c.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		if m.TotalCapacityBytes != realSegmentSize {
+			return fmt.Errorf("master_total_capacity_bytes %d", m.TotalCapacityBytes)
+		}
+		return nil
+	})
+
+	segs, err := c.Segments(ctx)
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	assert.Regexp(t, regexp.MustCompile(`^127\.0\.0\.1:\d+$`), segs[0].Name)
+	assert.Equal(t, int64(realSegmentSize), segs[0].SizeBytes)
+	assert.Equal(t, "tcp", segs[0].Protocol)
+	assert.Equal(t, "OK", segs[0].Status)
+	assert.NotEmpty(t, segs[0].ID)
+	assert.NotEmpty(t, segs[0].ClientID)
+	assert.Regexp(t, `^127\.0\.0\.1:\d+$`, segs[0].TEEndpoint)
+
+	tenants, err := c.Tenants(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []Tenant{{ID: "team-a", RequestedQuotaBytes: 1 << 30, EffectiveQuotaBytes: realSegmentSize, HasExplicitPolicy: true}}, tenants)
+
+	// 1 GiB + 2 GiB requested over 256 MiB: effective is a largest-remainder split of exactly
+	// the capacity (not floored shares: those would be 89478485 + 178956970).
+	tb, err := c.PutTenant(ctx, "team-b", 2<<30)
+	require.NoError(t, err)
+	assert.Equal(t, Tenant{ID: "team-b", RequestedQuotaBytes: 2 << 30, EffectiveQuotaBytes: 178956971, HasExplicitPolicy: true}, tb)
+	tenants, err = c.Tenants(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []Tenant{
+		{ID: "team-a", RequestedQuotaBytes: 1 << 30, EffectiveQuotaBytes: 89478485, HasExplicitPolicy: true},
+		{ID: "team-b", RequestedQuotaBytes: 2 << 30, EffectiveQuotaBytes: 178956971, HasExplicitPolicy: true},
+	}, tenants)
+	m, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]TenantMetrics{
+		"team-a": {RequestedBytes: 1 << 30, EffectiveBytes: 89478485},
+		"team-b": {RequestedBytes: 2 << 30, EffectiveBytes: 178956971},
+	}, m.Tenants)
+
+	require.NoError(t, c.DeleteTenant(ctx, "team-b"))
+	err = c.DeleteTenant(ctx, "team-b")
+	assert.True(t, HasCode(err, CodeObjectNotFound), "%v", err)
+	var se *Error
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusNotFound, se.HTTPStatus)
+	assert.Equal(t, "DELETE /api/v1/tenant_quotas?tenant_id=team-b", se.Op)
+
+	// Bad input and an id that needs escaping.
+	_, err = c.PutTenant(ctx, "_reserved", 1<<20)
+	assert.True(t, HasCode(err, CodeInvalidParams), "%v", err)
+	_, err = c.PutTenant(ctx, "team-c", 0)
+	assert.True(t, HasCode(err, CodeInvalidParams), "%v", err)
+	odd := "odd id&tenant_id=x+y/é"
+	to, err := c.PutTenant(ctx, odd, 1<<20)
+	require.NoError(t, err)
+	assert.Equal(t, odd, to.ID)
+	require.NoError(t, c.DeleteTenant(ctx, odd))
+
+	// Charge team-a through the member's REST API, then the ledger refuses to drop it.
+	restPut := func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, fmt.Sprintf("http://127.0.0.1:%d/api/put", rest),
+			strings.NewReader(`{"key":"k1","value":"hello world"}`))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("member PUT /api/put: HTTP %d", resp.StatusCode)
+		}
+		return nil
+	}
+	poll(t, 10*time.Second, "member REST put", procs, restPut)
+	poll(t, 5*time.Second, "team-a charged", procs, func() error {
+		m, err := c.Metrics(ctx)
+		if err != nil {
+			return err
+		}
+		if m.Tenants["team-a"].ChargedBytes == 0 || m.AllocatedBytes == 0 {
+			return fmt.Errorf("metrics %+v", m)
+		}
+		return nil
+	})
+	tenants, err = c.Tenants(ctx)
+	require.NoError(t, err)
+	require.Len(t, tenants, 1)
+	assert.Equal(t, int64(len("hello world")), tenants[0].ChargedBytes)
+	err = c.DeleteTenant(ctx, "team-a")
+	assert.True(t, HasCode(err, CodeTenantNotEmpty), "%v", err)
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusConflict, se.HTTPStatus)
+
+	// The same master with multi-tenancy off has no ledger.
+	_, _, off := startMaster(t, bin, false)
+	_, err = off.Tenants(ctx)
+	assert.True(t, HasCode(err, CodeUnavailableInCurrentMode), "%v", err)
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusConflict, se.HTTPStatus)
+	_, err = off.PutTenant(ctx, "team-b", 1<<30)
+	assert.True(t, HasCode(err, CodeUnavailableInCurrentMode), "%v", err)
+	m, err = off.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, m.Tenants)
+	assert.Zero(t, m.TotalCapacityBytes)
+	segs, err = off.Segments(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, segs)
+
+	t.Logf("real store checks took %s (before process cleanup)", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,738 @@
+// Package storetest provides Fake, an in-process stand-in for a Mooncake master's admin HTTP
+// API (the metrics port, 9003 on a managed store), so controller tests (envtest) can run without
+// the real binary.
+//
+// Fake emulates the behaviour measured on mooncake_master 0.3.13.post1 and written down in
+// hack/MOONCAKE_NOTES.md (§3 the admin API and its envelope, status and error codes; §2 the
+// tenant policy file the master persists and rebuilds from; §6 restarts), refined where
+// operator/store/realstore_test.go checked the real binary: the effective quota is the requested
+// quota when the requests fit the mounted capacity, otherwise a largest-remainder split of the
+// capacity in proportion to the requests (each share floored, the bytes left over handed out one
+// by one in decreasing order of the dropped fractions, ties by tenant_id), so the effective
+// quotas sum to exactly the capacity; 0 for everyone while nothing is mounted.
+//
+// What it does not emulate: the RPC data path (keys, leases, eviction), HA, the /metrics series
+// the operator does not read beyond a representative few, and the timing of a real restart
+// (members re-mount at once here, 0.2–1.7 s on the real master).
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// FakeOptions configure a Fake.
+type FakeOptions struct {
+	// MultiTenancy is -enable_multi_tenants=true. Off, the tenant API answers 409/-1011 to
+	// everything and /metrics has no mooncake_tenant_* series.
+	MultiTenancy bool
+	// Tenants is the seed policy file: tenant -> requested quota bytes (each > 0, names valid as
+	// the master requires). Ignored without MultiTenancy.
+	Tenants map[string]int64
+	// NoSegmentsDetail emulates a master older than 0.3.12: /get_segments_detail answers 404.
+	// The zero value is a master that has it (the "SupportsSegments, default true" of the
+	// brief, inverted so that the zero value is the default).
+	NoSegmentsDetail bool
+	// ReadOnlyPolicy emulates the policy file on a read-only mount (a ConfigMap volume): every
+	// PUT and DELETE of a tenant answers 500/-1503 PERSISTENT_FAIL and changes nothing.
+	ReadOnlyPolicy bool
+}
+
+// Error codes and messages of the master's envelope (hack/MOONCAKE_NOTES.md §3).
+const (
+	codeInvalidParams            = -600
+	codeObjectNotFound           = -704
+	codeUnavailableInCurrentMode = -1011
+	codePersistFail              = -1503
+	codeTenantNotEmpty           = -1702
+)
+
+// Fake is an in-process fake master. All methods are safe for concurrent use.
+type Fake struct {
+	opts FakeOptions
+
+	mu       sync.Mutex
+	addr     string           // host:port, fixed for the Fake's life
+	srv      *httptest.Server // nil while down
+	closed   bool             // Close was called
+	policy   map[string]int64 // the in-memory ledger's explicit policies
+	file     map[string]int64 // the persisted policy file
+	charged  map[string]int64 // bytes of objects per tenant (the data path)
+	segments map[string]segment
+	seq      uint64
+	mounts   uint64
+	unmounts uint64
+	requests []string
+}
+
+type segment struct {
+	name, protocol  string
+	size            int64
+	id, clientID    string
+	baseAddr, teEnd string
+}
+
+// NewFake starts a fake master listening on 127.0.0.1 (a random port). Stop it with Close.
+func NewFake(opts FakeOptions) *Fake {
+	f := &Fake{
+		opts:     opts,
+		policy:   map[string]int64{},
+		file:     map[string]int64{},
+		charged:  map[string]int64{},
+		segments: map[string]segment{},
+	}
+	if opts.MultiTenancy {
+		for id, q := range opts.Tenants {
+			if !validTenantID(id) || q <= 0 {
+				// The real master aborts on such a policy file (hack/MOONCAKE_NOTES.md §2).
+				panic(fmt.Sprintf("storetest: seed policy tenant %q quota %d: the real master would abort", id, q))
+			}
+			f.file[id] = q
+		}
+	}
+	f.policy = clone(f.file)
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("storetest: listen: %v", err))
+	}
+	f.addr = ln.Addr().String()
+	f.srv = f.start(ln)
+	return f
+}
+
+func (f *Fake) start(ln net.Listener) *httptest.Server {
+	s := httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	_ = s.Listener.Close()
+	s.Listener = ln
+	s.Start()
+	return s
+}
+
+// URL is the admin endpoint, e.g. "http://127.0.0.1:41234". It does not change across SetDown
+// and Restart.
+func (f *Fake) URL() string { return "http://" + f.addr }
+
+// Close stops the fake for good.
+func (f *Fake) Close() {
+	f.mu.Lock()
+	f.closed = true
+	srv := f.srv
+	f.srv = nil
+	f.mu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// SetDown with true takes the master away the way a killed master goes: the listener is closed, so
+// connections are refused (no 503: nothing answers on a dead master's port). In-flight requests
+// finish first. SetDown(false) listens on the same address again with the state unchanged (use
+// Restart for a master that lost its objects).
+func (f *Fake) SetDown(down bool) {
+	if down {
+		f.mu.Lock()
+		srv := f.srv
+		f.srv = nil
+		f.mu.Unlock()
+		if srv != nil {
+			srv.Close()
+		}
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.srv != nil || f.closed {
+		return
+	}
+	var ln net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the port was ours a moment ago; retry a transient EADDRINUSE
+		if ln, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp", f.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("storetest: listening again on %s: %v", f.addr, err))
+	}
+	f.srv = f.start(ln)
+}
+
+// Restart emulates the master killed and started again on the same address: every object is
+// lost (all charged bytes 0) and the ledger is rebuilt from the policy file (the seed plus every
+// successful PUT/DELETE, which the master persists, or what ReplacePolicyFile put there).
+// Members re-mount their segments (same names and ids), here at once.
+func (f *Fake) Restart() {
+	f.SetDown(true)
+	f.mu.Lock()
+	f.charged = map[string]int64{}
+	f.policy = clone(f.file)
+	f.mu.Unlock()
+	f.SetDown(false)
+}
+
+// ReplacePolicyFile replaces the persisted policy file (tenant -> quota bytes). The running
+// ledger does not change: the master reads the file only at start (Restart).
+func (f *Fake) ReplacePolicyFile(tenants map[string]int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.file = clone(tenants)
+}
+
+// PolicyFile is the persisted policy file's content (tenant -> quota bytes).
+func (f *Fake) PolicyFile() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return clone(f.file)
+}
+
+// MountSegment registers a member's segment (name like "10.0.0.7:13001", protocol "tcp" or
+// "rdma"), as mc_store_rest_server does when it starts. Mounting an existing name replaces it.
+func (f *Fake) MountSegment(name string, sizeBytes int64, protocol string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	f.mounts++
+	host := name
+	if h, _, err := net.SplitHostPort(name); err == nil {
+		host = h
+	}
+	f.segments[name] = segment{
+		name:     name,
+		protocol: protocol,
+		size:     sizeBytes,
+		id:       fmt.Sprintf("%d-%d", 4126188289888747822+f.seq, 10971623050882768307-f.seq),
+		clientID: fmt.Sprintf("%d-%d", 2325650249956618608+f.seq, 7305679565105749951-f.seq),
+		baseAddr: fmt.Sprintf("0x%x", 0x7fda75000000+f.seq<<32),
+		teEnd:    net.JoinHostPort(host, strconv.FormatUint(15000+f.seq, 10)),
+	}
+}
+
+// UnmountSegment removes a segment, as a member stopping gracefully does.
+func (f *Fake) UnmountSegment(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.segments[name]; ok {
+		f.unmounts++
+		delete(f.segments, name)
+	}
+}
+
+// SetCharged sets the bytes of objects a tenant owns (0 empties it). A tenant with bytes cannot
+// be deleted (409/-1702). Bytes of a tenant without a policy make it listed with
+// has_explicit_policy false, as the master lists such leftovers. Without multi-tenancy the bytes
+// only count in master_allocated_bytes.
+func (f *Fake) SetCharged(tenant string, bytes int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if bytes <= 0 {
+		delete(f.charged, tenant)
+		return
+	}
+	f.charged[tenant] = bytes
+}
+
+// Requests is the log of requests served, oldest first, each "METHOD path" or
+// "METHOD path?query" (the query as sent, still escaped).
+func (f *Fake) Requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.requests)
+}
+
+// ResetRequests empties the request log.
+func (f *Fake) ResetRequests() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = nil
+}
+
+func clone(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// validTenantID is the master's rule (hack/MOONCAKE_NOTES.md §2): non-empty, no leading '_', no
+// control characters; spaces, slashes, dots, colons and non-ASCII are fine.
+func validTenantID(id string) bool {
+	if id == "" || strings.HasPrefix(id, "_") {
+		return false
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- state views (f.mu held) ----
+
+func (f *Fake) capacity() int64 {
+	var c int64
+	for _, s := range f.segments {
+		c += s.size
+	}
+	return c
+}
+
+func (f *Fake) allocated() int64 {
+	var a int64
+	for _, b := range f.charged {
+		a += b
+	}
+	return a
+}
+
+func (f *Fake) sortedSegments() []segment {
+	segs := make([]segment, 0, len(f.segments))
+	for _, s := range f.segments {
+		segs = append(segs, s)
+	}
+	slices.SortFunc(segs, func(a, b segment) int { return strings.Compare(a.name, b.name) })
+	return segs
+}
+
+// segmentUsed spreads the allocated bytes over the segments in name order (the fake keeps no
+// placement), so the per-segment figures add up to master_allocated_bytes.
+func (f *Fake) segmentUsed() map[string]int64 {
+	left := f.allocated()
+	used := map[string]int64{}
+	for _, s := range f.sortedSegments() {
+		u := min(left, s.size)
+		used[s.name] = u
+		left -= u
+	}
+	return used
+}
+
+// tenantSnapshot is one ledger entry as the master prints it (field order included).
+type tenantSnapshot struct {
+	TenantID            string `json:"tenant_id"`
+	RequestedQuotaBytes int64  `json:"requested_quota_bytes"`
+	EffectiveQuotaBytes int64  `json:"effective_quota_bytes"`
+	ChargedBytes        int64  `json:"charged_bytes"`
+	AdmissionClosed     bool   `json:"admission_closed"`
+	OverQuota           bool   `json:"over_quota"`
+	HasExplicitPolicy   bool   `json:"has_explicit_policy"`
+}
+
+// ledger lists the tenants sorted by id: every explicit policy plus tenants with objects.
+func (f *Fake) ledger() []tenantSnapshot {
+	ids := map[string]bool{}
+	for id := range f.policy {
+		ids[id] = true
+	}
+	for id := range f.charged {
+		ids[id] = true
+	}
+	effective := EffectiveQuotas(f.policy, f.capacity())
+	out := make([]tenantSnapshot, 0, len(ids))
+	for id := range ids {
+		req, explicit := f.policy[id]
+		t := tenantSnapshot{
+			TenantID:            id,
+			RequestedQuotaBytes: req,
+			EffectiveQuotaBytes: effective[id],
+			ChargedBytes:        f.charged[id],
+			HasExplicitPolicy:   explicit,
+		}
+		t.OverQuota = (!explicit && t.ChargedBytes > 0) || t.ChargedBytes > t.EffectiveQuotaBytes
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b tenantSnapshot) int { return strings.Compare(a.TenantID, b.TenantID) })
+	return out
+}
+
+func (f *Fake) snapshot(id string) (tenantSnapshot, bool) {
+	for _, t := range f.ledger() {
+		if t.TenantID == id {
+			return t, true
+		}
+	}
+	return tenantSnapshot{}, false
+}
+
+// EffectiveQuotas computes the master's effective quotas of the given requests (tenant ->
+// requested bytes) for a mounted capacity: the requests themselves when their sum fits, else a
+// largest-remainder proportional split of exactly the capacity (ties by tenant_id); all 0 when
+// the capacity is 0 and anything is requested.
+func EffectiveQuotas(requested map[string]int64, capacity int64) map[string]int64 {
+	out := make(map[string]int64, len(requested))
+	sum := new(big.Int)
+	for _, r := range requested {
+		sum.Add(sum, big.NewInt(r))
+	}
+	if sum.Cmp(big.NewInt(capacity)) <= 0 {
+		for id, r := range requested {
+			out[id] = r
+		}
+		return out
+	}
+	type share struct {
+		id   string
+		base int64
+		rem  *big.Int
+	}
+	shares := make([]share, 0, len(requested))
+	var assigned int64
+	for id, r := range requested {
+		q, m := new(big.Int).QuoRem(new(big.Int).Mul(big.NewInt(capacity), big.NewInt(r)), sum, new(big.Int))
+		shares = append(shares, share{id: id, base: q.Int64(), rem: m})
+		assigned += q.Int64()
+	}
+	slices.SortFunc(shares, func(a, b share) int {
+		if c := b.rem.Cmp(a.rem); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	left := capacity - assigned
+	for _, s := range shares {
+		if left > 0 {
+			s.base++
+			left--
+		}
+		out[s.id] = s.base
+	}
+	return out
+}
+
+// ---- HTTP ----
+
+const (
+	ctJSON = "application/json; charset=utf-8"
+	ctText = "text/plain; version=0.0.4"
+)
+
+func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
+
+	get := r.Method == http.MethodGet
+	switch {
+	case r.URL.Path == "/health" && get:
+		writeBody(w, http.StatusOK, ctJSON,
+			`{"status":"ok","role":"leader","ha_state":"serving","service_ready":true,"leader_address":null,"view_version":null}`)
+	case r.URL.Path == "/role" && get:
+		writeBody(w, http.StatusOK, "text/plain", "leader")
+	case r.URL.Path == "/ha_status" && get:
+		writeBody(w, http.StatusOK, "text/plain", "serving")
+	case r.URL.Path == "/metrics" && get:
+		writeBody(w, http.StatusOK, ctText, f.metricsText())
+	case r.URL.Path == "/get_all_segments" && get:
+		var b strings.Builder
+		for _, s := range f.sortedSegments() {
+			b.WriteString(s.name + "\n")
+		}
+		writeBody(w, http.StatusOK, ctText, b.String())
+	case r.URL.Path == "/get_segments_detail" && get && !f.opts.NoSegmentsDetail:
+		writeBody(w, http.StatusOK, ctJSON, f.segmentsDetail())
+	case r.URL.Path == "/api/v1/tenant_quotas" &&
+		(r.Method == http.MethodGet || r.Method == http.MethodPut || r.Method == http.MethodDelete):
+		f.tenantQuotas(w, r)
+	default:
+		notFound(w)
+	}
+}
+
+// writeBody answers like cinatra: the given Content-Type (none when empty) and the body.
+func writeBody(w http.ResponseWriter, status int, contentType, body string) {
+	if contentType == "" {
+		w.Header()["Content-Type"] = nil // no sniffed type: the master sends none
+	} else {
+		w.Header().Set("Content-Type", contentType)
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+func notFound(w http.ResponseWriter) { writeBody(w, http.StatusNotFound, "", "404 Not Found") }
+
+func writeEnvelopeError(w http.ResponseWriter, status, code int, msg string) {
+	b, _ := json.Marshal(struct {
+		Success      bool   `json:"success"`
+		ErrorCode    int    `json:"error_code"`
+		ErrorMessage string `json:"error_message"`
+	}{false, code, msg})
+	writeBody(w, status, ctJSON, string(b))
+}
+
+func writeEnvelopeData(w http.ResponseWriter, data any) {
+	b, err := json.Marshal(struct {
+		Success bool `json:"success"`
+		Data    any  `json:"data"`
+	}{true, data})
+	if err != nil {
+		panic(err)
+	}
+	writeBody(w, http.StatusOK, ctJSON, string(b))
+}
+
+const (
+	msgMissingTenant = "Missing or invalid tenant_id"
+	msgQuotaRange    = "Tenant quota must be in [1, 2^63 - 1] bytes"
+)
+
+func (f *Fake) tenantQuotas(w http.ResponseWriter, r *http.Request) {
+	if !f.opts.MultiTenancy {
+		writeEnvelopeError(w, http.StatusConflict, codeUnavailableInCurrentMode, "UNAVAILABLE_IN_CURRENT_MODE")
+		return
+	}
+	q := r.URL.Query()
+	id := q.Get("tenant_id") // the first one, as the master takes it
+	switch r.Method {
+	case http.MethodGet:
+		if id == "" {
+			writeEnvelopeData(w, f.ledger())
+			return
+		}
+		if !validTenantID(id) {
+			writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, "Invalid tenant_id")
+			return
+		}
+		t, ok := f.snapshot(id)
+		if !ok {
+			writeEnvelopeError(w, http.StatusNotFound, codeObjectNotFound, "OBJECT_NOT_FOUND")
+			return
+		}
+		writeEnvelopeData(w, t)
+
+	case http.MethodPut:
+		if !validTenantID(id) {
+			writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, msgMissingTenant)
+			return
+		}
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		quota, msg := parseQuotaBody(body)
+		if msg != "" {
+			writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, msg)
+			return
+		}
+		if f.opts.ReadOnlyPolicy {
+			writeEnvelopeError(w, http.StatusInternalServerError, codePersistFail, "PERSISTENT_FAIL")
+			return
+		}
+		f.policy[id] = quota
+		f.file = clone(f.policy)
+		t, _ := f.snapshot(id)
+		writeEnvelopeData(w, t)
+
+	case http.MethodDelete:
+		if !validTenantID(id) {
+			writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, msgMissingTenant)
+			return
+		}
+		if _, ok := f.policy[id]; !ok {
+			writeEnvelopeError(w, http.StatusNotFound, codeObjectNotFound, "OBJECT_NOT_FOUND")
+			return
+		}
+		if f.charged[id] > 0 {
+			writeEnvelopeError(w, http.StatusConflict, codeTenantNotEmpty, "TENANT_NOT_EMPTY")
+			return
+		}
+		if f.opts.ReadOnlyPolicy {
+			writeEnvelopeError(w, http.StatusInternalServerError, codePersistFail, "PERSISTENT_FAIL")
+			return
+		}
+		delete(f.policy, id)
+		f.file = clone(f.policy)
+		writeEnvelopeData(w, nil)
+	}
+}
+
+// labelEscaper escapes a label value as the text exposition format wants: only \, " and LF.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+var unsignedInt = regexp.MustCompile(`^[0-9]+$`)
+
+// parseQuotaBody reads {"requested_quota_bytes": <uint>} the way the master does: other keys are
+// ignored, a missing field is 0, and only an unsigned integer literal parses. It returns the
+// quota or the master's error message.
+func parseQuotaBody(body []byte) (int64, string) {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return 0, "Invalid JSON body: Unexpected end of buffer. Expected:"
+	}
+	if trimmed[0] != '{' {
+		return 0, "Invalid JSON body: Expected these: {"
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &fields); err != nil {
+		return 0, "Invalid JSON body: " + err.Error()
+	}
+	raw, ok := fields["requested_quota_bytes"]
+	if !ok {
+		return 0, msgQuotaRange
+	}
+	lit := string(bytes.TrimSpace(raw))
+	if !unsignedInt.MatchString(lit) {
+		return 0, "Invalid JSON body: Failed to parse number"
+	}
+	v, err := strconv.ParseUint(lit, 10, 64)
+	if err != nil {
+		return 0, "Invalid JSON body: Failed to parse number"
+	}
+	if v == 0 || v > math.MaxInt64 {
+		return 0, msgQuotaRange
+	}
+	return int64(v), ""
+}
+
+// formatPercent prints a double the way the master's JSON writer does: "0E0",
+// "4.0978193283081055E-6" (shortest round-trip mantissa, exponent without '+' or padding).
+func formatPercent(v float64) string {
+	s := strconv.FormatFloat(v, 'E', -1, 64) // "4.0978193283081055E-06", "0E+00"
+	mant, exp, _ := strings.Cut(s, "E")
+	e, err := strconv.Atoi(exp)
+	if err != nil {
+		return s
+	}
+	return mant + "E" + strconv.Itoa(e)
+}
+
+func (f *Fake) segmentsDetail() string {
+	used := f.segmentUsed()
+	var b strings.Builder
+	segs := f.sortedSegments()
+	fmt.Fprintf(&b, `{"total_segments":%d,"segments":[`, len(segs))
+	for i, s := range segs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(s.name)
+		te, _ := json.Marshal(s.teEnd)
+		proto, _ := json.Marshal(s.protocol)
+		pct := 0.0
+		if s.size > 0 {
+			pct = float64(used[s.name]) / float64(s.size) * 100
+		}
+		fmt.Fprintf(&b, `{"segment_name":%s,"segment_id":"%s","client_id":"%s","base_address":"%s",`+
+			`"size_bytes":%d,"size_human":"%.2f GiB","te_endpoint":%s,"protocol":%s,"status":"OK",`+
+			`"allocator_used_bytes":%d,"allocator_capacity_bytes":%d,"allocator_usage_percent":%s}`,
+			name, s.id, s.clientID, s.baseAddr, s.size, float64(s.size)/(1<<30), te, proto,
+			used[s.name], s.size, formatPercent(pct))
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+// metricsText renders /metrics with the real master's names, HELP texts and layout (a
+// representative subset of the ~133 families; the tenant block, as the master prints it, has
+// all HELP/TYPE lines first and then the samples tenant by tenant).
+func (f *Fake) metricsText() string {
+	var b strings.Builder
+	gauge := func(name, help string, v int64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
+	}
+	counter := func(name, help string, v uint64) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
+	}
+	label := func(v string) string { return `"` + labelEscaper.Replace(v) + `"` }
+
+	allocated := f.allocated()
+	gauge("master_allocated_bytes", "Total memory bytes currently allocated across all segments", allocated)
+	gauge("master_total_capacity_bytes", "Total memory capacity across all mounted segments", f.capacity())
+	if segs := f.sortedSegments(); len(segs) > 0 {
+		used := f.segmentUsed()
+		b.WriteString("# HELP segment_allocated_bytes Total memory bytes currently allocated of the segment\n# TYPE segment_allocated_bytes gauge\n")
+		for _, s := range segs {
+			fmt.Fprintf(&b, "segment_allocated_bytes{segment=%s} %d\n", label(s.name), used[s.name])
+		}
+		b.WriteString("# HELP segment_total_capacity_bytes Total memory capacity of the mounted segment\n# TYPE segment_total_capacity_bytes gauge\n")
+		for _, s := range segs {
+			fmt.Fprintf(&b, "segment_total_capacity_bytes{segment=%s} %d\n", label(s.name), s.size)
+		}
+	}
+	gauge("master_nof_allocated_bytes", "Total nof ssd bytes currently allocated across all segments", 0)
+	gauge("master_total_nof_capacity_bytes", "Total nof ssd capacity across all mounted segments", 0)
+	gauge("master_allocated_file_size_bytes", "Total bytes currently allocated for file storage in 3fs/nfs", 0)
+	gauge("master_total_file_capacity_bytes", "Total capacity for file storage in 3fs/nfs", 0)
+	var keys int64
+	for _, v := range f.charged {
+		if v > 0 {
+			keys++
+		}
+	}
+	gauge("master_key_count", "Total number of keys managed by the master", keys)
+	gauge("master_soft_pin_key_count", "Total number of soft-pinned keys managed by the master", 0)
+	gauge("master_active_clients", "Total number of active clients", int64(len(f.segments)))
+	if keys > 0 { // the histogram appears once a key exists; one "object" per tenant here
+		b.WriteString("# HELP master_value_size_bytes Distribution of object value sizes\n# TYPE master_value_size_bytes histogram\n")
+		for _, le := range []int64{4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864} {
+			var n int64
+			for _, v := range f.charged {
+				if v > 0 && v <= le {
+					n++
+				}
+			}
+			fmt.Fprintf(&b, "master_value_size_bytes_bucket{le=\"%d.000000\"} %d\n", le, n)
+		}
+		fmt.Fprintf(&b, "master_value_size_bytes_bucket{le=\"+Inf\"} %d\nmaster_value_size_bytes_sum %d\nmaster_value_size_bytes_count %d\n",
+			keys, allocated, keys)
+	}
+	counter("master_mount_segment_requests_total", "Total number of MountSegment requests received", f.mounts)
+	counter("master_mount_segment_failures_total", "Total number of failed MountSegment requests", 0)
+	counter("master_unmount_segment_requests_total", "Total number of UnmountSegment requests received", f.unmounts)
+	counter("master_unmount_segment_failures_total", "Total number of failed UnmountSegment requests", 0)
+
+	if !f.opts.MultiTenancy {
+		return b.String()
+	}
+	type fam struct{ name, help string }
+	fams := []fam{
+		{"mooncake_tenant_quota_requested_bytes", "Requested tenant quota policy in bytes"},
+		{"mooncake_tenant_quota_effective_bytes", "Effective tenant quota in bytes"},
+		{"mooncake_tenant_quota_charged_bytes", "Tenant quota charge in bytes"},
+		{"mooncake_tenant_quota_admission_closed", "Tenant quota admission-closed flag"},
+		{"mooncake_tenant_quota_over_quota", "Tenant over-quota flag"},
+		{"mooncake_tenant_quota_explicit_policy", "Tenant explicit policy flag"},
+	}
+	for _, fm := range fams {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", fm.name, fm.help, fm.name)
+	}
+	b01 := func(v bool) int64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	var reqSum, effSum int64
+	for _, t := range f.ledger() {
+		vals := []int64{t.RequestedQuotaBytes, t.EffectiveQuotaBytes, t.ChargedBytes,
+			b01(t.AdmissionClosed), b01(t.OverQuota), b01(t.HasExplicitPolicy)}
+		for i, fm := range fams {
+			fmt.Fprintf(&b, "%s{tenant_id=%s} %d\n", fm.name, label(t.TenantID), vals[i])
+		}
+		if reqSum+t.RequestedQuotaBytes >= reqSum { // saturate rather than wrap
+			reqSum += t.RequestedQuotaBytes
+		} else {
+			reqSum = math.MaxInt64
+		}
+		effSum += t.EffectiveQuotaBytes
+	}
+	gauge("mooncake_tenant_quota_allocatable_capacity_bytes", "Global tenant quota allocatable capacity in bytes", f.capacity())
+	gauge("mooncake_tenant_quota_requested_bytes_sum", "Global requested tenant quota sum in bytes", reqSum)
+	gauge("mooncake_tenant_quota_effective_bytes_sum", "Global effective tenant quota sum in bytes", effSum)
+	return b.String()
+}

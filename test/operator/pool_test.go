@@ -1,0 +1,161 @@
+package operator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+)
+
+func pool(name, backend, total string) *kvv1.KVCachePool {
+	return &kvv1.KVCachePool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: kvv1.KVCachePoolSpec{
+		Backends: []string{backend}, Quota: kvv1.PoolQuota{Total: resource.MustParse(total)}}}
+}
+
+func binding(ns, name, pool, domain, ceiling string) *kvv1.KVCachePoolBinding {
+	return &kvv1.KVCachePoolBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: kvv1.KVCachePoolBindingSpec{
+		PoolRef: kvv1.LocalReference{Name: pool}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse(ceiling)},
+		Domain: kvv1.Domain{Name: domain, BlockSize: 64, Dtype: "bfloat16"}}}
+}
+
+func eventuallyBinding(t *testing.T, ns, name, what string, f func(b *kvv1.KVCachePoolBinding) bool) *kvv1.KVCachePoolBinding {
+	t.Helper()
+	b := &kvv1.KVCachePoolBinding{}
+	require.Eventually(t, func() bool {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+			return false
+		}
+		return f(b)
+	}, wait, 100*time.Millisecond, "binding %s/%s: %s; last status: %+v", ns, name, what, b.Status)
+	return b
+}
+
+func eventuallyPool(t *testing.T, name, what string, f func(p *kvv1.KVCachePool) bool) *kvv1.KVCachePool {
+	t.Helper()
+	p := &kvv1.KVCachePool{}
+	require.Eventually(t, func() bool {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, p); err != nil {
+			return false
+		}
+		return f(p)
+	}, wait, 100*time.Millisecond, "pool %s: %s; last status: %+v", name, what, p.Status)
+	return p
+}
+
+func hasPUT(reqs []string, tenant string) bool {
+	for _, r := range reqs {
+		if strings.HasPrefix(r, "PUT ") && strings.Contains(r, "tenant_id="+tenant) {
+			return true
+		}
+	}
+	return false
+}
+
+// Step 2: the pool resolves its backend and publishes its Client endpoint; each Binding gets
+// the ledger finalizer, its tenant registered with its ceiling, and reports the grant the store
+// computed. Releasing a Binding deletes its entry; a tenant still holding objects keeps the
+// Binding, Releasable False, until it is empty. Entries the operator did not register are never
+// touched.
+func TestLedgerConvergesFromBindings(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "ledger", storetest.FakeOptions{MultiTenancy: true, Tenants: map[string]int64{"someone-else": 1 << 30}})
+	fake.MountSegment("10.2.0.10:15400", 16<<30, "tcp")
+	create(t, walkthroughBackend("ledger"))
+	p := pool("ledger-pool", "ledger", "16Gi")
+	create(t, p)
+	bi := binding("team-a", "team-a", "ledger-pool", "team-a-chat", "8Gi")
+	create(t, bi)
+
+	gotPool := eventuallyPool(t, "ledger-pool", "Ready with the backend's endpoint", func(p *kvv1.KVCachePool) bool {
+		return p.Status.Phase == kvv1.PhaseReady && p.Status.ClientEndpoint != ""
+	})
+	assert.Equal(t, "ledger-leader.gpustack-system.svc:50051", gotPool.Status.ClientEndpoint)
+	assert.Equal(t, metav1.ConditionTrue, condition(gotPool.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Status)
+	got := eventuallyBinding(t, "team-a", "team-a", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+	assert.Contains(t, got.Finalizers, kvv1.FinalizerBinding)
+	assert.Equal(t, "8Gi", got.Status.EffectiveQuota.String(), "16Gi mounted, 9Gi requested in all: granted in full")
+	assert.Equal(t, "the store grants 8Gi of the requested 8Gi", condition(got.Status.Conditions, kvv1.ConditionQuotaGranted).Message)
+	assert.Equal(t, kvv1.PhaseReady, got.Status.Phase)
+	assert.Equal(t, int64(8<<30), fake.PolicyFile()["team-a-chat"], "the tenant is registered with the ceiling")
+
+	// Steady state: nothing is written again.
+	fake.ResetRequests()
+	time.Sleep(2 * time.Second)
+	assert.False(t, hasPUT(fake.Requests(), "team-a-chat"), "an unchanged ceiling is not PUT again: %v", fake.Requests())
+
+	// A raised ceiling is PUT.
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(bi), bi))
+	bi.Spec.Quota.Ceiling = resource.MustParse("12Gi")
+	require.NoError(t, env.Client.Update(ctx, bi))
+	require.Eventually(t, func() bool { return fake.PolicyFile()["team-a-chat"] == 12<<30 }, wait, 100*time.Millisecond)
+
+	// Oversubscription is a report, not a fault.
+	second := binding("team-b", "team-b", "ledger-pool", "team-b-chat", "8Gi")
+	create(t, second)
+	gotPool = eventuallyPool(t, "ledger-pool", "Oversubscribed", func(p *kvv1.KVCachePool) bool {
+		return condition(p.Status.Conditions, kvv1.ConditionQuotaWithinTotal).Reason == "Oversubscribed"
+	})
+	assert.Equal(t, "the Bindings' ceilings sum to 20Gi, more than the pool's total 16Gi; the store cuts their grants in proportion",
+		condition(gotPool.Status.Conditions, kvv1.ConditionQuotaWithinTotal).Message)
+	assert.Equal(t, kvv1.PhaseReady, gotPool.Status.Phase)
+	assert.Equal(t, []string{"team-a-chat", "team-b-chat"}, gotPool.Status.Domains)
+
+	// Release: a tenant that owns objects holds its Binding.
+	fake.SetCharged("team-b-chat", 4096)
+	require.NoError(t, env.Client.Delete(ctx, second))
+	held := eventuallyBinding(t, "team-b", "team-b", "Releasable False", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionReleasable).Reason == "TenantNotEmpty"
+	})
+	assert.Contains(t, condition(held.Status.Conditions, kvv1.ConditionReleasable).Message, "TENANT_NOT_EMPTY")
+	fake.SetCharged("team-b-chat", 0)
+	deleteAndWait(t, second)
+	_, stillThere := fake.PolicyFile()["team-b-chat"]
+	assert.False(t, stillThere, "the released tenant's entry is deleted")
+	assert.Equal(t, int64(1<<30), fake.PolicyFile()["someone-else"], "a foreign entry is never touched")
+}
+
+// A backend declared without multi-tenancy keeps no ledger: the pool says MultiTenancyDisabled,
+// Bindings read Granted=True/Unenforced with no EFFECTIVE figure, nothing is written.
+func TestNoLedgerIsUnenforced(t *testing.T) {
+	fake := fakeStore(t, "no-ledger", storetest.FakeOptions{MultiTenancy: false})
+	b := walkthroughBackend("no-ledger")
+	b.Spec.Image = "kvcacheai/mooncake:0.3.11"
+	b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false)
+	create(t, b)
+	create(t, pool("no-ledger-pool", "no-ledger", "8Gi"))
+	create(t, binding("team-a", "legacy", "no-ledger-pool", "", "8Gi"))
+	p := eventuallyPool(t, "no-ledger-pool", "MultiTenancyDisabled", func(p *kvv1.KVCachePool) bool {
+		return condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Reason == kvv1.ReasonMultiTenancyDisabled
+	})
+	assert.Equal(t, kvv1.PhaseReady, p.Status.Phase)
+	got := eventuallyBinding(t, "team-a", "legacy", "Unenforced", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Unenforced"
+	})
+	assert.Equal(t, metav1.ConditionTrue, condition(got.Status.Conditions, kvv1.ConditionQuotaGranted).Status)
+	assert.Nil(t, got.Status.EffectiveQuota)
+	for _, r := range fake.Requests() {
+		assert.NotContains(t, r, "tenant_quotas", "a store without a ledger is not asked for one")
+	}
+}
+
+// The ledger unreachable: the pool says so, and injection (which reads the condition) refuses.
+func TestUnreachableLedger(t *testing.T) {
+	create(t, walkthroughBackend("unreachable")) // no fake: nothing listens
+	create(t, pool("unreachable-pool", "unreachable", "8Gi"))
+	p := eventuallyPool(t, "unreachable-pool", "LedgerUnreachable", func(p *kvv1.KVCachePool) bool {
+		return condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Reason == "LedgerUnreachable"
+	})
+	assert.Equal(t, kvv1.PhaseDegraded, p.Status.Phase)
+}
