@@ -1,0 +1,109 @@
+package operator_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator/backend"
+	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
+	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+)
+
+// countingClient counts every write a reconcile makes through it.
+type countingClient struct {
+	client.Client
+	writes atomic.Int64
+}
+
+func (c *countingClient) Create(ctx context.Context, o client.Object, opts ...client.CreateOption) error {
+	c.writes.Add(1)
+	return c.Client.Create(ctx, o, opts...)
+}
+
+func (c *countingClient) Update(ctx context.Context, o client.Object, opts ...client.UpdateOption) error {
+	c.writes.Add(1)
+	return c.Client.Update(ctx, o, opts...)
+}
+
+func (c *countingClient) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+	c.writes.Add(1)
+	return c.Client.Patch(ctx, o, p, opts...)
+}
+
+func (c *countingClient) Apply(ctx context.Context, o runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	c.writes.Add(1)
+	return c.Client.Apply(ctx, o, opts...)
+}
+
+func (c *countingClient) Delete(ctx context.Context, o client.Object, opts ...client.DeleteOption) error {
+	c.writes.Add(1)
+	return c.Client.Delete(ctx, o, opts...)
+}
+
+func (c *countingClient) Status() client.SubResourceWriter {
+	return &countingStatus{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type countingStatus struct {
+	client.SubResourceWriter
+	c *countingClient
+}
+
+func (s *countingStatus) Update(ctx context.Context, o client.Object, opts ...client.SubResourceUpdateOption) error {
+	s.c.writes.Add(1)
+	return s.SubResourceWriter.Update(ctx, o, opts...)
+}
+
+func (s *countingStatus) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.c.writes.Add(1)
+	return s.SubResourceWriter.Patch(ctx, o, p, opts...)
+}
+
+// A reconcile whose render and observations are unchanged writes nothing: no apply, no status
+// patch, no finalizer patch, no ledger PUT.
+func TestSteadyStateMakesNoWrites(t *testing.T) {
+	fake := fakeStore(t, "steady", storetest.FakeOptions{MultiTenancy: true})
+	create(t, walkthroughBackend("steady"))
+	rollOutLeader(t, "steady")
+	memberPod(t, "steady", 0, 0, "10.3.0.10")
+	fake.MountSegment("10.3.0.10:15400", 8<<30, "tcp")
+	create(t, pool("steady-pool", "steady", "8Gi"))
+	create(t, binding("team-a", "steady", "steady-pool", "team-a-steady", "4Gi"))
+	eventuallyBackend(t, "steady", "Ready", func(b *kvv1.KVCacheBackend) bool { return b.Status.Phase == kvv1.PhaseReady })
+	eventuallyBinding(t, "team-a", "steady", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	counting := &countingClient{Client: env.Client}
+	admin := func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) }
+	rec := events.NewFakeRecorder(100)
+	br := &backend.Reconciler{Client: counting, Renderer: r, SystemNamespace: systemNamespace, Admin: admin, Recorder: rec, PollInterval: time.Second}
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second}
+	ctx := context.Background()
+	fake.ResetRequests()
+	for range 3 {
+		_, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "steady"}})
+		require.NoError(t, err)
+		_, err = pr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "steady-pool"}})
+		require.NoError(t, err)
+	}
+	assert.Zero(t, counting.writes.Load(), "API writes in steady state")
+	for _, req := range fake.Requests() {
+		assert.NotRegexp(t, "^(PUT|DELETE) ", req, "ledger writes in steady state")
+	}
+}
