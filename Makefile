@@ -22,12 +22,13 @@ demo:
 generate:
 	cg="$$($(TOOLS) path controller-gen)"; \
 	"$$cg" object:headerFile=hack/boilerplate.go.txt paths=./api/...; \
-	rm -rf $(CRD_DIR) && "$$cg" crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR)
+	rm -rf $(CRD_DIR) && "$$cg" crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR); \
+	hack/chart-generate.sh
 
 ## verify-generate: fail when generated files differ from what the types produce
 verify-generate: generate
-	@if [ -n "$$(git status --porcelain -- api $(CRD_DIR))" ]; then \
-	  git --no-pager diff -- api $(CRD_DIR); git status --porcelain -- api $(CRD_DIR); \
+	@if [ -n "$$(git status --porcelain -- api $(CRD_DIR) charts)" ]; then \
+	  git --no-pager diff -- api $(CRD_DIR) charts; git status --porcelain -- api $(CRD_DIR) charts; \
 	  echo "generated files drifted from api/v1: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"os"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -15,7 +16,7 @@ import (
 
 func newManagerCommand() *cobra.Command {
 	o := manager.Options{}
-	var kubeconfig string
+	var kubeconfig, certMode string
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "manager",
@@ -33,6 +34,16 @@ func newManagerCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("no cluster to talk to: %v (in a Pod the service account is used; outside, pass --kubeconfig)", err)
 			}
+			switch certMode {
+			case "self":
+				o.SelfSignedCerts = true
+				if o.CertSecret.Namespace == "" || o.CertSecret.Name == "" || o.WebhookService == "" || o.WebhookConfigName == "" {
+					return usageErrorf("--cert-mode self needs --cert-secret-name, --namespace (or POD_NAMESPACE), --webhook-service and --webhook-config-name")
+				}
+			case "external":
+			default:
+				return usageErrorf("--cert-mode %q: use self (the manager makes and rotates its certificate) or external (certificates in --cert-dir come from elsewhere)", certMode)
+			}
 			mgr, err := manager.New(cfg, o)
 			if err != nil {
 				return err
@@ -48,6 +59,12 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address /healthz and /readyz bind to")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one replica to run the controllers (webhooks serve on every replica)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs")
+	f.StringVar(&certMode, "cert-mode", "external", "self: create and rotate the webhook CA and serving certificate in --cert-secret-name and keep the webhook configurations' caBundle current; external: certificates in --cert-dir come from elsewhere (cert-manager, a Secret) and are reloaded when they change")
+	f.StringVar(&o.CertSecret.Name, "cert-secret-name", "", "Secret holding the self-managed webhook certificate (--cert-mode self)")
+	f.StringVar(&o.CertSecret.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the manager's own namespace (default: $POD_NAMESPACE)")
+	f.StringVar(&o.WebhookService, "webhook-service", "", "Service in front of the webhook server; the certificate is issued for it (--cert-mode self)")
+	f.StringSliceVar(&o.ExtraCertDNSNames, "cert-dns-names", nil, "extra DNS names for the self-managed certificate, beside the webhook Service's (--cert-mode self)")
+	f.StringVar(&o.WebhookConfigName, "webhook-config-name", "", "name of the Mutating- and ValidatingWebhookConfiguration whose caBundle the manager keeps current (--cert-mode self)")
 	// zap registers Go flags (--zap-log-level, --zap-encoder, ...); structured JSON by default.
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)

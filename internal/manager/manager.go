@@ -4,16 +4,20 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,6 +69,19 @@ type Options struct {
 	AdminAddress func(b *kvv1.KVCacheBackend) string
 	// PollInterval of the store observations; the controllers' default when zero.
 	PollInterval time.Duration
+
+	// SelfSignedCerts makes the manager create and rotate its own CA and serving certificate in
+	// the Secret CertSecret (through open-policy-agent/cert-controller), write them to CertDir,
+	// and keep the caBundle of the webhook configurations named WebhookConfigName current. The
+	// webhook server starts once the certificate is in place. Without it the certificates in
+	// CertDir come from elsewhere (cert-manager, a user's Secret) and are reloaded on change.
+	SelfSignedCerts bool
+	CertSecret      types.NamespacedName
+	// ExtraCertDNSNames are added to the self-signed certificate (tests reach the server as
+	// localhost).
+	ExtraCertDNSNames []string
+	WebhookService    string
+	WebhookConfigName string
 }
 
 // New builds the manager with every webhook registered. Call Start on the result.
@@ -95,14 +112,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
 	if !o.DisableWebhooks {
-		if err := registerWebhooks(mgr); err != nil {
-			return nil, err
-		}
-		// Ready only once the webhook server serves: a replica that cannot answer admission
-		// must not receive it.
-		if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
-			return mgr.GetWebhookServer().StartedChecker()(req)
-		}); err != nil {
+		if err := setupWebhooks(mgr, o); err != nil {
 			return nil, err
 		}
 	}
@@ -115,6 +125,61 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// setupWebhooks registers the webhooks, after the self-signed certificate exists when the
+// manager makes its own, and a readiness check that passes only once the server serves: a
+// replica that cannot answer admission must not receive it.
+func setupWebhooks(mgr ctrl.Manager, o Options) error {
+	var certsReady chan struct{}
+	if o.SelfSignedCerts {
+		certsReady = make(chan struct{})
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      o.CertSecret,
+			CertDir:        o.CertDir,
+			CAName:         "kvcache-operator-ca",
+			CAOrganization: "kvcache-operator",
+			DNSName:        fmt.Sprintf("%s.%s.svc", o.WebhookService, o.CertSecret.Namespace),
+			ExtraDNSNames: append([]string{o.WebhookService, fmt.Sprintf("%s.%s", o.WebhookService, o.CertSecret.Namespace),
+				fmt.Sprintf("%s.%s.svc.cluster.local", o.WebhookService, o.CertSecret.Namespace)}, o.ExtraCertDNSNames...),
+			IsReady:    certsReady,
+			Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfigName, Type: rotator.Mutating}, {Name: o.WebhookConfigName, Type: rotator.Validating}},
+			FieldOwner: operator.FieldManager,
+			// Every replica serves webhooks, so every replica needs the certificate; the
+			// rotation itself is idempotent across replicas.
+			RequireLeaderElection: false,
+		}); err != nil {
+			return fmt.Errorf("set up certificate rotation: %w", err)
+		}
+	}
+	var served atomic.Bool
+	register := func() error {
+		if err := registerWebhooks(mgr); err != nil {
+			return err
+		}
+		served.Store(true)
+		return nil
+	}
+	if certsReady == nil {
+		if err := register(); err != nil {
+			return err
+		}
+	} else if err := mgr.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+		select {
+		case <-certsReady:
+			return register()
+		case <-ctx.Done():
+			return nil
+		}
+	})); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+		if !served.Load() {
+			return fmt.Errorf("the webhook serving certificate is not ready yet")
+		}
+		return mgr.GetWebhookServer().StartedChecker()(req)
+	})
 }
 
 func registerWebhooks(mgr ctrl.Manager) error {

@@ -1,0 +1,112 @@
+// Package chart_test checks the Helm chart with the real helm binary (built by hack/tools.sh):
+// it lints, renders byte-for-byte as its goldens, refuses bad values through its schema, ships
+// exactly the generated CRDs, and installs into a real API server where the manager it
+// configures serves the webhook configurations it installs.
+package chart_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/internal/testenv"
+)
+
+const (
+	release   = "kvcache"
+	namespace = "kvcache-system"
+)
+
+func chartDir() string { return filepath.Join(testenv.RepoRoot(), "charts", "kvcache-operator") }
+
+// helm runs the helm binary make tools built; the suite fails when it is missing.
+func helm(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	bin := os.Getenv("KVCACHE_HELM")
+	if bin == "" {
+		t.Fatal("KVCACHE_HELM is not set: run this suite with `make test` (make tools builds helm)")
+	}
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+func template(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, err := helm(t, append([]string{"template", release, chartDir(), "--namespace", namespace}, args...)...)
+	require.NoError(t, err, errOut)
+	return out
+}
+
+func TestChartLintsStrict(t *testing.T) {
+	out, errOut, err := helm(t, "lint", "--strict", chartDir())
+	require.NoError(t, err, out+errOut)
+	assert.Contains(t, out, "0 chart(s) failed")
+}
+
+func TestChartSnapshots(t *testing.T) {
+	for _, c := range golden.Cases(t, golden.Dir("chart"), ".values.yaml", ".yaml") {
+		t.Run(c.Name, func(t *testing.T) {
+			golden.Assert(t, c.Golden, []byte(template(t, "-f", c.Input)))
+		})
+	}
+}
+
+func TestChartSchemaRefusesBadValues(t *testing.T) {
+	cases := []struct {
+		name string
+		set  string
+		want string
+	}{
+		{"a wrong type", "replicas=two", "at '/replicas': got string, want integer"},
+		{"an unknown top-level key", "replica=2", "at '': additional properties 'replica' not allowed"},
+		{"an unknown TLS mode", "webhook.certs.mode=acme", `at '/webhook/certs/mode': value must be one of 'self', 'certManager', 'secret'`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, errOut, err := helm(t, "template", release, chartDir(), "--set", c.set)
+			require.Error(t, err)
+			assert.Contains(t, errOut, c.want)
+		})
+	}
+	_, errOut, err := helm(t, "template", release, chartDir(), "--set", "webhook.certs.mode=secret")
+	require.Error(t, err, "secret mode without its CA")
+	assert.Contains(t, errOut, "webhook.certs.caBundle is required with webhook.certs.mode=secret")
+}
+
+// The chart ships exactly the CRDs `make generate` writes (plus the keep annotation).
+func TestChartCRDsEqualTheGeneratedOnes(t *testing.T) {
+	rendered := map[string]apiextensionsv1.CustomResourceDefinition{}
+	for _, doc := range strings.Split(template(t, "--set", "crds.keep=false"), "\n---\n") {
+		if !strings.Contains(doc, "kind: CustomResourceDefinition") {
+			continue
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &crd))
+		rendered[crd.Name] = crd
+	}
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "crd", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	assert.Len(t, rendered, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var want apiextensionsv1.CustomResourceDefinition
+		require.NoError(t, yaml.UnmarshalStrict(b, &want))
+		assert.Equal(t, want, rendered[want.Name], "CRD %s", want.Name)
+	}
+	kept := template(t)
+	assert.Equal(t, len(files), strings.Count(kept, "helm.sh/resource-policy: keep"), "crds.keep (the default) keeps every CRD")
+}

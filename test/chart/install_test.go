@@ -1,0 +1,436 @@
+package chart_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/internal/testenv"
+)
+
+const serviceAccount = "system:serviceaccount:" + namespace + ":" + release + "-kvcache-operator"
+
+// auditPolicy records every request the manager's service account makes.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["` + serviceAccount + `"]
+  - level: None
+`
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	require.NoError(t, err, "%s %s:\n%s", name, strings.Join(args, " "), out)
+	return string(out)
+}
+
+func kubeconfigFor(t *testing.T, env *testenv.Env, user envtest.User) string {
+	t.Helper()
+	u, err := env.Environment().ControlPlane.AddUser(user, nil)
+	require.NoError(t, err)
+	kc, err := u.KubeConfig()
+	require.NoError(t, err)
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(p, kc, 0o600))
+	return p
+}
+
+// TestChartInstallsAndItsManagerServesTheWebhooks installs the chart's manifests into a real API
+// server (helm template | kubectl apply --server-side), waits for the CRDs, then runs the
+// kvcache binary out of cluster exactly as the chart's Deployment configures it, with the chart's
+// service account (so its RBAC is what authorizes every request) and self-managed TLS. The
+// webhook configurations the chart installed are pointed at the local server (a URL override,
+// for this test only); the manager injects their CA, admits the Settings hooks, and injects a
+// labelled Pod. The API server's audit log then shows every request the manager made: none was
+// refused, and every rule the chart grants was used.
+func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	auditLog := filepath.Join(dir, "audit.log")
+	require.NoError(t, os.WriteFile(policy, []byte(auditPolicy), 0o600))
+	env, err := testenv.Start(func(e *envtest.Environment) {
+		e.CRDDirectoryPaths, e.ErrorIfCRDPathMissing = nil, false
+		e.ControlPlane.GetAPIServer().Configure().
+			Append("audit-policy-file", policy).
+			Append("audit-log-path", auditLog).
+			Append("audit-log-format", "json")
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	admin := kubeconfigFor(t, env, envtest.User{Name: "chart-admin", Groups: []string{"system:masters"}})
+	kubectl := filepath.Join(env.Environment().BinaryAssetsDirectory, "kubectl")
+	for _, ns := range []string{namespace, "gpustack-system", "team-a"} {
+		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+
+	// helm template | kubectl apply --server-side, the Settings (post-install hooks) held back
+	// until the webhook that validates them serves, as `helm install --wait` orders them.
+	var main, hooks []string
+	for _, doc := range strings.Split(template(t), "\n---\n") {
+		if strings.Contains(doc, "helm.sh/hook:") {
+			hooks = append(hooks, doc)
+		} else {
+			main = append(main, doc)
+		}
+	}
+	manifests := filepath.Join(dir, "chart.yaml")
+	require.NoError(t, os.WriteFile(manifests, []byte(strings.Join(main, "\n---\n")), 0o600))
+	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", manifests)
+	run(t, kubectl, "--kubeconfig", admin, "wait", "--for", "condition=established", "crd", "--all", "--timeout=60s")
+
+	// The URL override: the chart's configurations name a Service, which has no endpoints here.
+	port := freePort(t)
+	for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, obj))
+		switch c := obj.(type) {
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			for i := range c.Webhooks {
+				c.Webhooks[i].ClientConfig = urlConfig(port, c.Webhooks[i].ClientConfig)
+			}
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			for i := range c.Webhooks {
+				c.Webhooks[i].ClientConfig = urlConfig(port, c.Webhooks[i].ClientConfig)
+			}
+		}
+		require.NoError(t, env.Client.Update(ctx, obj))
+	}
+
+	// The manager, as the chart's Deployment runs it, with the chart's service account.
+	d := &appsv1.Deployment{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator"}, d))
+	container := d.Spec.Template.Spec.Containers[0]
+	bin := filepath.Join(dir, "kvcache")
+	run(t, "go", "build", "-o", bin, filepath.Join(testenv.RepoRoot(), "cmd", "kvcache"))
+	probe := freePort(t)
+	sa := kubeconfigFor(t, env, envtest.User{Name: serviceAccount, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}})
+	args := append(append([]string{}, container.Args...),
+		"--kubeconfig="+sa, "--webhook-port="+strconv.Itoa(port), "--cert-dir="+filepath.Join(dir, "certs"),
+		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe), "--cert-dns-names=localhost")
+	require.Equal(t, []string{"kvcache"}, container.Command)
+	mgr := exec.Command(bin, args...)
+	mgr.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	logs, err := os.Create(filepath.Join(dir, "manager.log"))
+	require.NoError(t, err)
+	mgr.Stdout, mgr.Stderr = logs, logs
+	require.NoError(t, mgr.Start())
+	projectSecret(t, env, filepath.Join(dir, "certs"))
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			_ = mgr.Process.Signal(syscall.SIGTERM)
+			_ = mgr.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logs.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("manager log (tail):\n%s", b)
+		}
+	})
+
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) //nolint:noctx // a readiness poll
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 200*time.Millisecond, "the manager becomes ready once it serves with its own certificate")
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, mwc))
+	assert.NotEmpty(t, mwc.Webhooks[0].ClientConfig.CABundle, "the manager injected its CA")
+	secret := &corev1.Secret{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator-webhook-tls"}, secret))
+	assert.Contains(t, secret.Data, "tls.crt")
+
+	hookFile := filepath.Join(dir, "hooks.yaml")
+	require.NoError(t, os.WriteFile(hookFile, []byte(strings.Join(hooks, "\n---\n")), 0o600))
+	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", hookFile)
+
+	exercise(t, env)
+	stop()
+	assertRBACMatchesRequests(t, auditLog)
+}
+
+// projectSecret does what the kubelet does for the chart's Secret volume: it writes the
+// certificate Secret's keys into the manager's cert dir whenever they change.
+func projectSecret(t *testing.T, env *testenv.Env, certDir string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(certDir, 0o700))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		written := map[string]string{}
+		for ctx.Err() == nil {
+			s := &corev1.Secret{}
+			if env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator-webhook-tls"}, s) == nil {
+				for k, v := range s.Data {
+					if written[k] != string(v) {
+						_ = os.WriteFile(filepath.Join(certDir, k), v, 0o600)
+						written[k] = string(v)
+					}
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+}
+
+func urlConfig(port int, c admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.WebhookClientConfig {
+	return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://localhost:%d%s", port, *c.Service.Path))}
+}
+
+// exercise drives what the manager does in a cluster: store children for an electing,
+// multi-tenant backend and a legacy one, pools and Bindings with finalizers, a stale member Pod
+// restarted, and a labelled Pod injected through the webhook.
+func exercise(t *testing.T, env *testenv.Env) {
+	t.Helper()
+	ctx := context.Background()
+	member := func() []kvv1.MemberGroup {
+		return []kvv1.MemberGroup{{NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("1Gi")}}
+	}
+	legacy := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}, Spec: kvv1.KVCacheBackendSpec{
+		Image: "kvcacheai/mooncake:0.3.11",
+		Connection: kvv1.Connection{Managed: &kvv1.ManagedConnection{
+			Leader: kvv1.Leader{MultiTenancy: ptr.To(false), ElectionBackend: kvv1.ElectionNone}, Members: member()}}}}
+	tenants := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "tenants"}, Spec: kvv1.KVCacheBackendSpec{
+		Connection: kvv1.Connection{Managed: &kvv1.ManagedConnection{Members: append(member(), kvv1.MemberGroup{
+			NodeSelector: map[string]string{"pool": "b"}, CapacityPerMember: resource.MustParse("1Gi")})}}}}
+	for _, o := range []client.Object{
+		legacy, tenants,
+		&kvv1.KVCachePool{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}, Spec: kvv1.KVCachePoolSpec{Backends: []string{"legacy"}, Quota: kvv1.PoolQuota{Total: resource.MustParse("1Gi")}}},
+		&kvv1.KVCachePoolBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "legacy"}, Spec: kvv1.KVCachePoolBindingSpec{
+			PoolRef: kvv1.LocalReference{Name: "legacy"}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("1Gi")},
+			Domain: kvv1.Domain{BlockSize: 64, Dtype: "bfloat16"}}},
+	} {
+		require.NoError(t, env.Client.Create(ctx, o), "%T %s", o, o.GetName())
+	}
+	// A member Pod whose pod spec is stale (the DaemonSet controller would have created it from
+	// an older template): the operator deletes it.
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-member-0"}, &appsv1.DaemonSet{}) == nil
+	}, 30*time.Second, 100*time.Millisecond)
+	stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpustack-system", Name: "tenants-member-0-old", Labels: map[string]string{
+		generator.LabelName: generator.StoreName, generator.LabelInstance: "tenants", generator.LabelComponent: "member-0",
+		generator.LabelManagedBy: generator.ManagedBy, generator.LabelPodSpecHash: "stale"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "member", Image: "x"}}}}
+	require.NoError(t, env.Client.Create(ctx, stale))
+	require.Eventually(t, func() bool {
+		p := &corev1.Pod{}
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(stale), p) != nil || p.DeletionTimestamp != nil
+	}, 30*time.Second, 100*time.Millisecond, "the stale member Pod is deleted")
+
+	require.Eventually(t, func() bool {
+		evs := &eventsv1.EventList{}
+		if env.Client.List(ctx, evs) != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "MemberRestarted" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "the restart is reported as an event")
+
+	// The render drops the second group, the election accounts and the ledger seed: pruned.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		b := &kvv1.KVCacheBackend{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "tenants"}, b); err != nil {
+			return err
+		}
+		b.Spec.Connection.Managed.Members = b.Spec.Connection.Managed.Members[:1]
+		b.Spec.Connection.Managed.Leader.ElectionBackend = kvv1.ElectionNone
+		b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false)
+		return env.Client.Update(ctx, b)
+	}))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-member-1"}, &appsv1.DaemonSet{})) &&
+			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-leader"}, &rbacv1.RoleBinding{})) &&
+			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-tenant-quota-policy"}, &corev1.ConfigMap{}))
+	}, 30*time.Second, 100*time.Millisecond, "what the render dropped is pruned")
+
+	require.Eventually(t, func() bool {
+		p := &kvv1.KVCachePool{}
+		if env.Client.Get(ctx, client.ObjectKey{Name: "legacy"}, p) != nil {
+			return false
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable)
+		return p.Status.ClientEndpoint != "" && c != nil && c.Reason == kvv1.ReasonMultiTenancyDisabled
+	}, 30*time.Second, 100*time.Millisecond, "the pool publishes its endpoint and MultiTenancyDisabled")
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "bench", Labels: map[string]string{injection.LabelInject: "true"},
+			Annotations: map[string]string{injection.AnnotationBinding: "legacy", injection.AnnotationEngine: "vLLM"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, pod))
+	// A ModelDeployment on an InstanceType: its validator reads both.
+	require.NoError(t, env.Client.Create(ctx, &kvv1.InstanceType{ObjectMeta: metav1.ObjectMeta{Name: "a100"},
+		Spec: kvv1.InstanceTypeSpec{Accelerator: &kvv1.Accelerator{ResourceName: "nvidia.com/gpu", Manufacturer: "nvidia"}}}))
+	require.NoError(t, env.Client.Create(ctx, &kvv1.ModelDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "qwen-chat"},
+		Spec: kvv1.ModelDeploymentSpec{Model: kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"}, Engine: kvv1.Engine{Name: kvv1.EngineVLLM, Version: "0.29.0"},
+			KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "legacy"}},
+			Roles:   []kvv1.Role{{Name: "server", InstanceType: "a100"}}}}))
+	assert.JSONEq(t, `{"binding":"legacy","engine":"vllm","vehicle":"file","domain":"default","tenantInjected":false,"launchProgram":"vllm","launchArgsForwarded":false}`,
+		pod.Annotations[injection.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
+}
+
+// request is one audited request of the manager's service account.
+type request struct {
+	Verb      string `json:"verb"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+		APIGroup    string `json:"apiGroup"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	Stage string `json:"stage"`
+	User  struct {
+		Username string `json:"username"`
+	} `json:"user"`
+}
+
+// unusedButNeeded are grants no request shows, and why they are still needed. Beside these,
+// "list" is granted wherever "watch" is used: informers stream their initial list over a watch
+// where the API server supports it (WatchList) and fall back to LIST where it does not.
+var unusedButNeeded = map[string]string{
+	"/pods patch":                "the store's leader Role grants pods patch; RBAC lets the operator grant only what it holds",
+	"/events patch":              "leader election's recorder patches an event it repeats instead of creating another",
+	"events.k8s.io/events patch": "the event recorder patches a repeated event's series instead of creating another",
+	"worker.gpustack.ai/kvcachebackends/finalizers update": "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
+}
+
+func assertRBACMatchesRequests(t *testing.T, auditLog string) {
+	t.Helper()
+	f, err := os.Open(auditLog)
+	require.NoError(t, err)
+	defer f.Close()
+	used := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var r request
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		if os.Getenv("KVCACHE_AUDIT_DEBUG") != "" && strings.Contains(sc.Text(), "webhookconfigurations") {
+			t.Logf("audit: %s", sc.Text())
+		}
+		if r.User.Username != serviceAccount || r.Stage != "ResponseComplete" || r.ObjectRef.Resource == "" {
+			continue
+		}
+		res := r.ObjectRef.Resource
+		if r.ObjectRef.Subresource != "" {
+			res += "/" + r.ObjectRef.Subresource
+		}
+		key := r.ObjectRef.APIGroup + "/" + res + " " + r.Verb
+		assert.NotEqual(t, http.StatusForbidden, r.ResponseStatus.Code, "the chart's RBAC refused %s %s/%s", key, r.ObjectRef.Namespace, r.ObjectRef.Name)
+		used[key] = true
+	}
+	require.NotEmpty(t, used, "the audit log holds the manager's requests")
+
+	granted := map[string]bool{}
+	rendered := template(t)
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		var rules []rbacv1.PolicyRule
+		switch {
+		case strings.Contains(doc, "\nkind: ClusterRole\n"):
+			var cr rbacv1.ClusterRole
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &cr))
+			rules = cr.Rules
+		case strings.Contains(doc, "\nkind: Role\n"):
+			var r rbacv1.Role
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &r))
+			rules = r.Rules
+		default:
+			continue
+		}
+		for _, rule := range rules {
+			for _, g := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					for _, v := range rule.Verbs {
+						assert.NotEqual(t, "*", v, "no wildcard verbs")
+						assert.NotEqual(t, "*", res, "no wildcard resources")
+						granted[g+"/"+res+" "+v] = true
+					}
+				}
+			}
+		}
+	}
+	var unused []string
+	for g := range granted {
+		if res, ok := strings.CutSuffix(g, " list"); ok && used[res+" watch"] {
+			continue
+		}
+		// Server-side apply is a PATCH in the audit log; one that creates the object is
+		// authorized as create.
+		if res, ok := strings.CutSuffix(g, " create"); ok && used[res+" patch"] {
+			continue
+		}
+		if !used[g] && unusedButNeeded[g] == "" {
+			unused = append(unused, g)
+		}
+	}
+	sort.Strings(unused)
+	assert.Empty(t, unused, "the chart grants what the manager never asked for: remove it, or say why it is needed in unusedButNeeded")
+	var requested []string
+	for u := range used {
+		requested = append(requested, u)
+	}
+	sort.Strings(requested)
+	t.Logf("requests the manager made (group/resource verb):\n%s", strings.Join(requested, "\n"))
+}
