@@ -256,3 +256,42 @@ func (e Engine) Message(f FlagFinding) string {
 	}
 	return fmt.Sprintf("%s is owned by injection: the Binding writes it, and a second value would be an ambiguity nothing reports; remove it", f.describe())
 }
+
+// SGLang flags a ModelDeployment's roles get instead of injection's tail.
+const (
+	retractionBackupFlag = "--disaggregation-decode-retraction-backup"
+	disaggregationMode   = "--disaggregation-mode"
+)
+
+// ManagedTail is what a ModelDeployment role's container gets after its engine fragment: on
+// SGLang, --enable-hierarchical-cache (the store hangs off the host tier), except on a Decode
+// half, where SGLang forces the radix cache off and refuses the two together, so it gets
+// --disaggregation-decode-retraction-backup cpu_tensor instead (unset, SGLang infers a host pool
+// for retraction and meets the same check with no store at all). A role whose own arguments
+// name either flag gets neither. Other engines get nothing.
+func (e Engine) ManagedTail(role Role, argv []string) []string {
+	if e.HierarchicalCacheFlag == "" {
+		return nil
+	}
+	for _, f := range []string{e.HierarchicalCacheFlag, retractionBackupFlag} {
+		if len(e.Parser.Find(argv, f)) > 0 {
+			return nil
+		}
+	}
+	if role == RoleDecode {
+		return []string{retractionBackupFlag, "cpu_tensor"}
+	}
+	return []string{e.HierarchicalCacheFlag}
+}
+
+// DisaggregationArgs selects a prefill or decode half on engines that need a flag for it
+// (SGLang); vLLM's halves differ by kv_role alone.
+func (e Engine) DisaggregationArgs(role Role) []string {
+	if e.HierarchicalCacheFlag == "" || role == RoleNone {
+		return nil
+	}
+	if role == RolePrefill {
+		return []string{disaggregationMode, "prefill"}
+	}
+	return []string{disaggregationMode, "decode"}
+}

@@ -64,8 +64,10 @@ func pruneUnset(v any) {
 		if ts, ok := t["creationTimestamp"]; ok && ts == nil {
 			delete(t, "creationTimestamp")
 		}
-		if r, ok := t["resources"].(map[string]any); ok && len(r) == 0 {
-			delete(t, "resources")
+		for _, k := range []string{"resources", "strategy"} {
+			if r, ok := t[k].(map[string]any); ok && len(r) == 0 {
+				delete(t, k)
+			}
 		}
 		for _, c := range t {
 			pruneUnset(c)

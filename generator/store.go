@@ -283,14 +283,8 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 	if g.FabricInterfaceCount != nil {
 		count = *g.FabricInterfaceCount
 	}
-	switch protocol {
-	case "rdma":
-		mv.Fabric = &fabricValues{ResourceName: d.Store.RDMASharedResource, Count: 1}
-		if count > 1 {
-			mv.Fabric = &fabricValues{ResourceName: d.Store.RDMAResource, Count: count}
-		}
-	case "efa":
-		mv.Fabric = &fabricValues{ResourceName: d.Store.EFAResource, Count: count}
+	if name, n, ok := FabricResource(protocol, count, d.Store); ok {
+		mv.Fabric = &fabricValues{ResourceName: name, Count: n}
 	}
 	return mv, nil
 }

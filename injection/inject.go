@@ -79,17 +79,12 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 	if lr != nil {
 		return nil, Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
 	}
-	res, rf := resolve(ctx, lookup, namespace, a)
+	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine)
 	if rf != nil {
 		return nil, Result{}, rf
 	}
-	in := generator.FragmentInput{Engine: a.engine, Master: res.master, Protocol: res.protocol, Role: a.role}
-	if res.tenantLedger {
-		in.Tenant = res.domain
-	}
-	if dtypeOwned {
-		in.Dtype = res.binding.Spec.Domain.Dtype
-	}
+	ci := res.CacheInput(dtypeOwned)
+	in := generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role}
 	frag, err := i.renderer.RenderFragment(in)
 	if err != nil {
 		return nil, Result{}, err
@@ -102,7 +97,7 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 		Binding:             a.binding,
 		Engine:              a.engine.ID,
 		Vehicle:             string(a.engine.Vehicle),
-		Domain:              res.domain,
+		Domain:              res.Domain,
 		TenantInjected:      in.Tenant != "",
 		LaunchProgram:       launch.Program,
 		LaunchArgsForwarded: launch.Forwarded,
@@ -271,46 +266,66 @@ func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtyp
 	return nil
 }
 
-// resolution is what the Binding chain resolved to.
-type resolution struct {
-	binding      *kvv1.KVCachePoolBinding
-	domain       string
-	master       string
-	protocol     string
-	tenantLedger bool
+// Attachment is what a Binding resolves to for one engine: the chain Binding -> pool ->
+// backend, the store address and the transport. Pod injection and ModelDeployments resolve
+// through it.
+type Attachment struct {
+	Binding  *kvv1.KVCachePoolBinding
+	Pool     *kvv1.KVCachePool
+	Backend  *kvv1.KVCacheBackend
+	Domain   string
+	Master   string
+	Protocol string
+	// TenantLedger is false when the backend keeps no tenant ledger: no tenant is written.
+	TenantLedger bool
 }
 
-func resolve(ctx context.Context, lookup Lookup, ns string, a annotations) (resolution, *Refusal) {
-	var r resolution
-	b, err := lookup.Binding(ctx, ns, a.binding)
+// CacheInput is the generator's view of an attachment.
+func (a Attachment) CacheInput(dtypeOwned bool) generator.CacheInput {
+	c := generator.CacheInput{Master: a.Master, Protocol: a.Protocol}
+	if a.TenantLedger {
+		c.Tenant = a.Domain
+	}
+	if dtypeOwned {
+		c.Dtype = a.Binding.Spec.Domain.Dtype
+	}
+	return c
+}
+
+// Resolve follows a Binding in namespace ns to the store, refusing every link that would
+// leave an engine starting normally and caching nothing.
+func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.Engine) (Attachment, *Refusal) {
+	var r Attachment
+	b, err := lookup.Binding(ctx, ns, binding)
 	if apierrors.IsNotFound(err) {
-		return r, refuse(ReasonBindingNotFound, "KVCachePoolBinding %q not found in namespace %q: create it there (an administrator grants a namespace a pool with a Binding), or fix annotation %s", a.binding, ns, AnnotationBinding)
+		return r, refuse(ReasonBindingNotFound, "KVCachePoolBinding %q not found in namespace %q: create it there (an administrator grants a namespace a pool with a Binding), or fix annotation %s", binding, ns, AnnotationBinding)
 	}
 	if err != nil {
-		return r, lookupFailed("KVCachePoolBinding "+ns+"/"+a.binding, err)
+		return r, lookupFailed("KVCachePoolBinding "+ns+"/"+binding, err)
 	}
 	if b.DeletionTimestamp != nil {
-		return r, refuse(ReasonBindingDeleting, "KVCachePoolBinding %s/%s is being deleted, so new Pods may not attach to it; name another Binding", ns, a.binding)
+		return r, refuse(ReasonBindingDeleting, "KVCachePoolBinding %s/%s is being deleted, so new Pods may not attach to it; name another Binding", ns, binding)
 	}
-	r.binding = b
-	r.domain = b.Spec.Domain.Name
-	if r.domain == "" {
-		r.domain = kvv1.DefaultDomainName
+	r.Binding = b
+	r.Domain = b.Spec.Domain.Name
+	if r.Domain == "" {
+		r.Domain = kvv1.DefaultDomainName
 	}
 	poolName := b.Spec.PoolRef.Name
 	p, err := lookup.Pool(ctx, poolName)
 	if apierrors.IsNotFound(err) {
-		return r, refuse(ReasonPoolNotFound, "KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, ns, a.binding)
+		return r, refuse(ReasonPoolNotFound, "KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, ns, binding)
 	}
 	if err != nil {
 		return r, lookupFailed("KVCachePool "+poolName, err)
 	}
+	r.Pool = p
 	cond := meta.FindStatusCondition(p.Status.Conditions, ConditionQuotaLedgerAvailable)
 	switch {
 	case cond == nil:
 		return r, refuse(ReasonLedgerNotAvailable, "KVCachePool %q has not reported %s yet, so the tenant this Pod would write under cannot be confirmed; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, ConditionQuotaLedgerAvailable, poolName)
 	case cond.Status == "True":
-		r.tenantLedger = true
+		r.TenantLedger = true
 	case cond.Status == "False" && cond.Reason == ReasonMultiTenancyDisabled:
 	default:
 		return r, refuse(ReasonLedgerNotAvailable, "KVCachePool %q reports %s=%s (%s: %s), so the tenant this Pod would write under cannot be confirmed; fix the pool's backend or retry when the condition is True", poolName, ConditionQuotaLedgerAvailable, cond.Status, cond.Reason, cond.Message)
@@ -325,15 +340,16 @@ func resolve(ctx context.Context, lookup Lookup, ns string, a annotations) (reso
 	if err != nil {
 		return r, lookupFailed("KVCacheBackend "+p.Spec.Backends[0], err)
 	}
+	r.Backend = be
 	if p.Status.ClientEndpoint == "" {
 		return r, refuse(ReasonNoEndpoint, "KVCachePool %q has no clientEndpoint yet, so there is no store address to hand the engine; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, poolName)
 	}
-	r.master = p.Status.ClientEndpoint
-	protocol, rf := Transport(a.engine, be, poolName)
+	r.Master = p.Status.ClientEndpoint
+	protocol, rf := Transport(e, be, poolName)
 	if rf != nil {
 		return r, rf
 	}
-	r.protocol = protocol
+	r.Protocol = protocol
 	return r, nil
 }
 

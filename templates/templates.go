@@ -12,5 +12,5 @@ import "embed"
 
 // FS holds every template, keyed by its path under this directory.
 //
-//go:embed all:store all:engines all:webhooks
+//go:embed all:store all:engines all:webhooks all:modeldeployment
 var FS embed.FS

@@ -35,10 +35,21 @@ type Injection struct {
 	SGLangLocalBufferSize int64 `json:"sglangLocalBufferSize"`
 }
 
+// ModelDeployment holds a managed deployment's images and ports.
+type ModelDeployment struct {
+	VLLMImage        string `json:"vllmImage"`
+	VLLMAscendImage  string `json:"vllmAscendImage"`
+	SGLangImage      string `json:"sglangImage"`
+	VLLMPort         int32  `json:"vllmPort"`
+	SGLangPort       int32  `json:"sglangPort"`
+	AscendDriverPath string `json:"ascendDriverPath"`
+}
+
 // Defaults is the parsed defaults.yaml.
 type Defaults struct {
-	Store     Store     `json:"store"`
-	Injection Injection `json:"injection"`
+	Store           Store           `json:"store"`
+	Injection       Injection       `json:"injection"`
+	ModelDeployment ModelDeployment `json:"modelDeployment"`
 }
 
 // Load parses the embedded defaults. It fails only if defaults.yaml itself is broken, which a

@@ -17,7 +17,9 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
 	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/values"
 )
 
 // The validators of this API's kinds. Each runs the pure rules of api/v1/validation on a
@@ -531,8 +533,9 @@ func (v *ModelDeploymentValidator) attachment(ctx context.Context, md *kvv1.Mode
 			continue
 		}
 		checked = append(checked, re.engine.ID)
-		_, rf := injection.Transport(re.engine, backend, poolName)
+		protocol, rf := injection.Transport(re.engine, backend, poolName)
 		if rf == nil {
+			errs = append(errs, fabricRules(md, protocol, poolName)...)
 			continue
 		}
 		msg := rf.Message
@@ -615,4 +618,20 @@ func (v *SettingValidator) ValidateUpdate(_ context.Context, oldObj, newObj *kvv
 // ValidateDelete implements admission.Validator.
 func (v *SettingValidator) ValidateDelete(context.Context, *kvv1.Setting) (admission.Warnings, error) {
 	return nil, nil
+}
+
+// fabricRules refuses fabric interfaces on a transport that has none: resources.interface
+// requests RDMA or EFA devices of the pool's transport.
+func fabricRules(md *kvv1.ModelDeployment, protocol, pool string) field.ErrorList {
+	var errs field.ErrorList
+	for i, r := range md.Spec.Roles {
+		if r.Resources.Interface == 0 {
+			continue
+		}
+		if _, _, ok := generator.FabricResource(protocol, r.Resources.Interface, values.Store{}); !ok {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "roles").Index(i).Child("resources", "interface"), r.Resources.Interface,
+				fmt.Sprintf("fabric interfaces are RDMA or EFA devices, and KVCachePool %s offers %s; set interface to 0, or attach through a pool whose backend offers RDMA or EFA", pool, protocol)))
+		}
+	}
+	return errs
 }

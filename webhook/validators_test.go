@@ -636,6 +636,17 @@ func TestModelDeploymentValidator(t *testing.T) {
 			obj:     vtDeployment(),
 		},
 		{
+			name:    "fabric interfaces on an rdma pool are admitted",
+			cluster: cluster(kvv1.ProtocolRDMA, kvv1.ProtocolRDMA),
+			obj:     withInterface(vtDeployment(), 2),
+		},
+		{
+			name:    "fabric interfaces on a tcp pool are refused: there is no device to grant",
+			cluster: cluster(kvv1.ProtocolTCP, kvv1.ProtocolTCP),
+			obj:     withInterface(vtDeployment(), 1),
+			want:    []string{"spec.roles[0].resources.interface: Invalid value: 1: fabric interfaces are RDMA or EFA devices, and KVCachePool shared-dram offers tcp; set interface to 0, or attach through a pool whose backend offers RDMA or EFA"},
+		},
+		{
 			name:    "vLLM on an ascend InstanceType with a tcp pool is refused with the vLLM-Ascend message",
 			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
 			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
@@ -784,4 +795,9 @@ func TestSettingValidator(t *testing.T) {
 
 	_, err = v.ValidateDelete(ctx, old)
 	assert.NoError(t, err)
+}
+
+func withInterface(md *kvv1.ModelDeployment, n int32) *kvv1.ModelDeployment {
+	md.Spec.Roles[0].Resources.Interface = n
+	return md
 }

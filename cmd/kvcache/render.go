@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -9,8 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/values"
 )
 
@@ -98,7 +101,48 @@ func renderAll(r *generator.Renderer, in *apiInput, ns string) ([]generator.Obje
 		}
 		all = append(all, objs...)
 	}
+	mdObjs, err := renderModelDeployments(r, in, ns)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, mdObjs...)
 	generator.SortObjects(all)
+	return all, nil
+}
+
+// renderModelDeployments renders each ModelDeployment's roles, resolving its cache attachment
+// against the input's Bindings, pools and backends exactly as the operator resolves it against
+// the cluster (a pool without status gets the status the operator would publish).
+func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]generator.Object, error) {
+	ctx := context.Background()
+	lookup := injection.NewStaticLookup(in.backends, in.pools, in.bindings, in.settings, ns, r.Defaults())
+	dtypeOwned, _ := lookup.DtypeOwned(ctx)
+	types := map[string]*kvv1.InstanceType{}
+	for i := range in.types {
+		types[in.types[i].Name] = &in.types[i]
+	}
+	var all []generator.Object
+	for i := range in.models {
+		md := &in.models[i]
+		mi := generator.ModelDeploymentInput{Deployment: md, InstanceTypes: types}
+		if md.Spec.KVCache != nil {
+			var it *kvv1.InstanceType
+			if len(md.Spec.Roles) > 0 {
+				it = types[md.Spec.Roles[0].InstanceType]
+			}
+			att, rf := injection.Resolve(ctx, lookup, md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it))
+			if rf != nil {
+				return nil, fmt.Errorf("ModelDeployment %s/%s: spec.kvCache.poolRef.name: %s", md.Namespace, md.Name, rf.Message)
+			}
+			c := att.CacheInput(dtypeOwned)
+			mi.Cache = &c
+		}
+		objs, err := r.RenderModelDeployment(mi)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, objs...)
+	}
 	return all, nil
 }
 
@@ -125,6 +169,10 @@ func (in *apiInput) validate() error {
 	for i := range in.bindings {
 		b := &in.bindings[i]
 		add("KVCachePoolBinding", b.Namespace+"/"+b.Name, validation.ValidateBinding(b, in.pool(b.Spec.PoolRef.Name)))
+	}
+	for i := range in.models {
+		md := &in.models[i]
+		add("ModelDeployment", md.Namespace+"/"+md.Name, validation.ValidateModelDeployment(md))
 	}
 	if len(problems) > 0 {
 		return invalidErrorf("%s", strings.Join(problems, "\n"))

@@ -35,6 +35,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
+	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/webhook"
@@ -269,7 +270,10 @@ func registerControllers(mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&pool.Reconciler{
+	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
-	}).SetupWithManager(mgr)
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&modeldeployment.Reconciler{Client: mgr.GetClient(), Renderer: r}).SetupWithManager(mgr)
 }

@@ -322,7 +322,21 @@ func exercise(t *testing.T, env *testenv.Env) {
 	require.NoError(t, env.Client.Create(ctx, &kvv1.ModelDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "qwen-chat"},
 		Spec: kvv1.ModelDeploymentSpec{Model: kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"}, Engine: kvv1.Engine{Name: kvv1.EngineVLLM, Version: "0.29.0"},
 			KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "legacy"}},
-			Roles:   []kvv1.Role{{Name: "server", InstanceType: "a100"}}}}))
+			Roles:   []kvv1.Role{{Name: "server", InstanceType: "a100"}, {Name: "canary", InstanceType: "a100"}}}}))
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-canary"}, &appsv1.Deployment{}) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the roles render")
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		md := &kvv1.ModelDeployment{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat"}, md); err != nil {
+			return err
+		}
+		md.Spec.Roles = md.Spec.Roles[:1]
+		return env.Client.Update(ctx, md)
+	}))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-canary"}, &corev1.Service{}))
+	}, 30*time.Second, 100*time.Millisecond, "the removed role is pruned")
 	assert.JSONEq(t, `{"binding":"legacy","engine":"vllm","vehicle":"file","domain":"default","tenantInjected":false,"launchProgram":"vllm","launchArgsForwarded":false}`,
 		pod.Annotations[injection.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
 }
@@ -353,7 +367,8 @@ var unusedButNeeded = map[string]string{
 	"/pods patch":                "the store's leader Role grants pods patch; RBAC lets the operator grant only what it holds",
 	"/events patch":              "leader election's recorder patches an event it repeats instead of creating another",
 	"events.k8s.io/events patch": "the event recorder patches a repeated event's series instead of creating another",
-	"worker.gpustack.ai/kvcachebackends/finalizers update": "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
+	"worker.gpustack.ai/modeldeployments/finalizers update": "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
+	"worker.gpustack.ai/kvcachebackends/finalizers update":  "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
 }
 
 func assertRBACMatchesRequests(t *testing.T, auditLog string) {

@@ -57,12 +57,9 @@ func get[T client.Object](t *testing.T, o T) T {
 func eventuallyBackend(t *testing.T, name string, what string, f func(b *kvv1.KVCacheBackend) bool) *kvv1.KVCacheBackend {
 	t.Helper()
 	b := &kvv1.KVCacheBackend{}
-	require.Eventually(t, func() bool {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, b); err != nil {
-			return false
-		}
-		return f(b)
-	}, wait, 100*time.Millisecond, "backend %s: %s; last status: %+v", name, what, b.Status)
+	poll(t, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Name: name}, b) == nil && f(b)
+	}, func() string { return fmt.Sprintf("backend %s: %s; last status: %+v", name, what, b.Status) })
 	return b
 }
 
@@ -137,4 +134,17 @@ func updateBackend(t *testing.T, name string, edit func(b *kvv1.KVCacheBackend))
 		edit(b)
 		return env.Client.Update(context.Background(), b)
 	}))
+}
+
+// poll waits for cond, failing with describe() (evaluated at the end, so it shows the last
+// state observed, not the first).
+func poll(t *testing.T, cond func() bool, describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(describe())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

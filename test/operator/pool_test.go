@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -31,24 +32,18 @@ func binding(ns, name, pool, domain, ceiling string) *kvv1.KVCachePoolBinding {
 func eventuallyBinding(t *testing.T, ns, name, what string, f func(b *kvv1.KVCachePoolBinding) bool) *kvv1.KVCachePoolBinding {
 	t.Helper()
 	b := &kvv1.KVCachePoolBinding{}
-	require.Eventually(t, func() bool {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
-			return false
-		}
-		return f(b)
-	}, wait, 100*time.Millisecond, "binding %s/%s: %s; last status: %+v", ns, name, what, b.Status)
+	poll(t, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b) == nil && f(b)
+	}, func() string { return fmt.Sprintf("binding %s/%s: %s; last status: %+v", ns, name, what, b.Status) })
 	return b
 }
 
 func eventuallyPool(t *testing.T, name, what string, f func(p *kvv1.KVCachePool) bool) *kvv1.KVCachePool {
 	t.Helper()
 	p := &kvv1.KVCachePool{}
-	require.Eventually(t, func() bool {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, p); err != nil {
-			return false
-		}
-		return f(p)
-	}, wait, 100*time.Millisecond, "pool %s: %s; last status: %+v", name, what, p.Status)
+	poll(t, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Name: name}, p) == nil && f(p)
+	}, func() string { return fmt.Sprintf("pool %s: %s; last status: %+v", name, what, p.Status) })
 	return p
 }
 

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/internal/manager"
@@ -67,7 +68,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (int, error) {
-	ctrl.SetLogger(logr.Discard())
+	// KVCACHE_TEST_LOGS=1 shows the controllers' logs.
+	if os.Getenv("KVCACHE_TEST_LOGS") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
 	var err error
 	env, err = testenv.Start()
 	if err != nil {

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -124,6 +125,31 @@ func TestModelDeploymentValidatorLive(t *testing.T) {
 	ok := md("qwen-chat", "team-a")
 	require.NoError(t, env.Client.Create(ctx, ok), "the walkthrough's ModelDeployment is admitted")
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, ok) })
+
+	// The shape rules, each refused through the API server.
+	i := 0
+	for name, c := range map[string]struct {
+		edit func(*kvv1.ModelDeployment)
+		want string
+	}{
+		"duplicate role names": {func(m *kvv1.ModelDeployment) { m.Spec.Roles = append(m.Spec.Roles, m.Spec.Roles[0]) }, "spec.roles[1].name: Duplicate value"},
+		"two Decode roles": {func(m *kvv1.ModelDeployment) {
+			m.Spec.Roles = []kvv1.Role{{Name: "p", Kind: kvv1.RolePrefill}, {Name: "d1", Kind: kvv1.RoleDecode}, {Name: "d2", Kind: kvv1.RoleDecode}}
+		}, "spec.roles[2].kind"},
+		"an owned flag in a role's extraArgs": {func(m *kvv1.ModelDeployment) { m.Spec.Roles[0].ExtraArgs = []string{"--kv_transfer_config={}"} }, "spec.roles[0].extraArgs"},
+		"fabric interfaces on a tcp pool":     {func(m *kvv1.ModelDeployment) { m.Spec.Roles[0].Resources.Interface = 1 }, "fabric interfaces are RDMA or EFA devices, and KVCachePool shared-dram offers tcp"},
+		"fabric interfaces without a cache": {func(m *kvv1.ModelDeployment) {
+			m.Spec.KVCache = nil
+			m.Spec.Roles[0].Resources.Interface = 1
+		}, "fabric interfaces follow the cache pool's transport"},
+	} {
+		i++
+		bad := md(fmt.Sprintf("bad-%d", i), "team-a")
+		c.edit(bad)
+		err := env.Client.Create(ctx, bad)
+		requireInvalid(t, err, "modeldeployments.worker.gpustack.ai", c.want)
+		t.Logf("%s: %v", name, err)
+	}
 }
 
 func TestSettingValidatorLive(t *testing.T) {

@@ -254,6 +254,9 @@ func validateRoles(md *kvv1.ModelDeployment, rp *field.Path) field.ErrorList {
 		if r.Resources.Interface < 0 {
 			errs = append(errs, field.Invalid(resp.Child("interface"), r.Resources.Interface, "must not be negative: it is the number of RDMA or EFA devices each replica requests; 0 requests none"))
 		}
+		if r.Resources.Interface > 0 && md.Spec.KVCache == nil {
+			errs = append(errs, field.Invalid(resp.Child("interface"), r.Resources.Interface, "fabric interfaces follow the cache pool's transport and this deployment attaches to no cache; set spec.kvCache, or set interface to 0"))
+		}
 	}
 	if i, ok := halves[kvv1.RolePrefill]; ok {
 		if _, ok := halves[kvv1.RoleDecode]; !ok {

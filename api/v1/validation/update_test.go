@@ -525,6 +525,14 @@ func TestValidateModelDeployment(t *testing.T) {
 			mutate: func(md *kvv1.ModelDeployment) { md.Spec.Roles[0].Resources.Interface = -2 },
 			want:   []string{"spec.roles[0].resources.interface: Invalid value: -2: must not be negative: it is the number of RDMA or EFA devices each replica requests; 0 requests none"},
 		},
+		{
+			name: "fabric interfaces without a cache are refused: they follow the pool's transport",
+			mutate: func(md *kvv1.ModelDeployment) {
+				md.Spec.KVCache = nil
+				md.Spec.Roles[0].Resources.Interface = 1
+			},
+			want: []string{"spec.roles[0].resources.interface: Invalid value: 1: fabric interfaces follow the cache pool's transport and this deployment attaches to no cache; set spec.kvCache, or set interface to 0"},
+		},
 
 		// The deployment's own name, which every Service name starts with.
 		{

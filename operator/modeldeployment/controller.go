@@ -1,0 +1,280 @@
+// Package modeldeployment reconciles ModelDeployments: it resolves the cache attachment exactly
+// as Pod injection does (Binding, pool, backend, transport), renders each role's Deployment and
+// Service through the one generator with the same engine fragments, applies them with
+// server-side apply, prunes removed roles, and reports whether the cache is attached from what
+// it observes, never from configuration alone.
+package modeldeployment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/operator"
+)
+
+// Labels of a ModelDeployment's children (templates/modeldeployment).
+const (
+	labelName  = "app.kubernetes.io/name"
+	childName  = "model-deployment"
+	labelOwner = "app.kubernetes.io/instance"
+)
+
+// Reconciler reconciles ModelDeployments.
+type Reconciler struct {
+	Client   client.Client
+	Renderer *generator.Renderer
+}
+
+// SetupWithManager registers the controller: deployments, their children, the Bindings they
+// attach through (whose status carries the tenant's usage) and InstanceTypes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&kvv1.ModelDeployment{}).
+		Named("modeldeployment").
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBinding)).
+		Watches(&kvv1.KVCachePool{}, handler.EnqueueRequestsFromMapFunc(r.byPool)).
+		Watches(&kvv1.InstanceType{}, handler.EnqueueRequestsFromMapFunc(r.byInstanceType)).
+		Complete(r)
+}
+
+func (r *Reconciler) byBinding(ctx context.Context, o client.Object) []reconcile.Request {
+	mds := &kvv1.ModelDeploymentList{}
+	if err := r.Client.List(ctx, mds, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, md := range mds.Items {
+		if md.Spec.KVCache != nil && md.Spec.KVCache.PoolRef.Name == o.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&md)})
+		}
+	}
+	return out
+}
+
+// byPool maps a pool to the deployments attached through its Bindings: the pool's status
+// (endpoint, ledger) decides whether they can attach.
+func (r *Reconciler) byPool(ctx context.Context, o client.Object) []reconcile.Request {
+	bindings := &kvv1.KVCachePoolBindingList{}
+	if err := r.Client.List(ctx, bindings); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range bindings.Items {
+		if bindings.Items[i].Spec.PoolRef.Name == o.GetName() {
+			out = append(out, r.byBinding(ctx, &bindings.Items[i])...)
+		}
+	}
+	return out
+}
+
+func (r *Reconciler) byInstanceType(ctx context.Context, o client.Object) []reconcile.Request {
+	mds := &kvv1.ModelDeploymentList{}
+	if err := r.Client.List(ctx, mds); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, md := range mds.Items {
+		for _, role := range md.Spec.Roles {
+			if role.InstanceType == o.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&md)})
+				break
+			}
+		}
+	}
+	return out
+}
+
+// state is what one reconcile learned.
+type state struct {
+	md         *kvv1.ModelDeployment
+	attachment *injection.Attachment
+	refusal    *injection.Refusal
+	renderErr  error
+	rendered   []generator.Object
+	deploys    []appsv1.Deployment
+}
+
+// attachable reports whether the cache attachment (if any) resolved.
+func (s *state) attachable() bool { return s.refusal == nil }
+
+// renderable reports whether the roles rendered.
+func (s *state) renderable() bool { return s.renderErr == nil }
+
+// Reconcile renders and applies one deployment's roles and reports what it observes.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	md := &kvv1.ModelDeployment{}
+	if err := r.Client.Get(ctx, req.NamespacedName, md); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !md.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // the children go with it (owner references)
+	}
+	before := md.DeepCopy()
+	defer func() {
+		md.Status.ObservedGeneration = md.Generation
+		if !equality.Semantic.DeepEqual(before.Status, md.Status) {
+			if err := r.Client.Status().Patch(ctx, md, client.MergeFrom(before)); err != nil && retErr == nil {
+				retErr = client.IgnoreNotFound(err)
+			}
+		}
+	}()
+	md.Default()
+	s := &state{md: md}
+	for _, phase := range []func(context.Context, *state) error{r.resolveCache, r.renderAndApply, r.observe} {
+		if err := phase(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	setStatus(s)
+	return ctrl.Result{}, nil
+}
+
+// resolveCache follows spec.kvCache to the store as injection does.
+func (r *Reconciler) resolveCache(ctx context.Context, s *state) error {
+	md := s.md
+	if md.Spec.KVCache == nil {
+		return nil
+	}
+	it, err := r.instanceType(ctx, md.Spec.Roles[0].InstanceType)
+	if err != nil {
+		return err
+	}
+	// The controller reads through the cache: it runs again whenever a Binding changes.
+	lookup := injection.ClientLookup{Cached: r.Client, Live: r.Client}
+	att, rf := injection.Resolve(ctx, lookup, md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it))
+	if rf != nil && rf.Reason == injection.ReasonLookupFailed {
+		return errors.New(rf.Message)
+	}
+	s.attachment, s.refusal = &att, rf
+	return nil
+}
+
+func (r *Reconciler) instanceType(ctx context.Context, name string) (*kvv1.InstanceType, error) {
+	if name == "" {
+		return nil, nil
+	}
+	it := &kvv1.InstanceType{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, it)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return it, err
+}
+
+// renderAndApply renders the roles and applies them; a deployment whose cache cannot be
+// attached keeps what runs (it is not re-rendered without its cache), and one that cannot be
+// rendered says why.
+func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
+	md := s.md
+	if !s.attachable() {
+		return nil
+	}
+	types := map[string]*kvv1.InstanceType{}
+	for _, role := range md.Spec.Roles {
+		if role.InstanceType == "" {
+			continue
+		}
+		it, err := r.instanceType(ctx, role.InstanceType)
+		if err != nil {
+			return err
+		}
+		if it != nil {
+			types[role.InstanceType] = it
+		}
+	}
+	in := generator.ModelDeploymentInput{Deployment: md, InstanceTypes: types}
+	if s.attachment != nil {
+		owned, err := dtypeOwned(ctx, r.Client)
+		if err != nil {
+			return err
+		}
+		c := s.attachment.CacheInput(owned)
+		in.Cache = &c
+	}
+	s.rendered, s.renderErr = r.Renderer.RenderModelDeployment(in)
+	if !s.renderable() {
+		return nil
+	}
+	applier := operator.Applier{Client: r.Client}
+	for _, o := range s.rendered {
+		if _, err := applier.Apply(ctx, o); err != nil {
+			return err
+		}
+	}
+	return r.prune(ctx, s)
+}
+
+func dtypeOwned(ctx context.Context, c client.Reader) (bool, error) {
+	st := &kvv1.Setting{}
+	err := c.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheDtypeOwned}, st)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return st.Spec.Value != "false", err
+}
+
+// prune deletes the Deployments and Services of roles the spec no longer has.
+func (r *Reconciler) prune(ctx context.Context, s *state) error {
+	keep := map[string]bool{}
+	for _, o := range s.rendered {
+		keep[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = true
+	}
+	sel := client.MatchingLabels{labelName: childName, labelOwner: s.md.Name}
+	for kind, list := range map[string]client.ObjectList{"Deployment": &appsv1.DeploymentList{}, "Service": &corev1.ServiceList{}} {
+		if err := r.Client.List(ctx, list, client.InNamespace(s.md.Namespace), sel); err != nil {
+			return err
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return err
+		}
+		for _, ro := range items {
+			o := ro.(client.Object)
+			if keep[kind+"/"+o.GetName()] || !metav1.IsControlledBy(o, s.md) {
+				continue
+			}
+			if err := r.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// observe reads the roles' Deployments.
+func (r *Reconciler) observe(ctx context.Context, s *state) error {
+	for _, role := range s.md.Spec.Roles {
+		d := &appsv1.Deployment{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.md.Namespace, Name: generator.RoleObjectName(s.md.Name, role.Name)}, d)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		s.deploys = append(s.deploys, *d)
+	}
+	return nil
+}
+
+func describe(a *injection.Attachment) string {
+	return fmt.Sprintf("KVCachePoolBinding %s/%s (pool %s, domain %s)", a.Binding.Namespace, a.Binding.Name, a.Pool.Name, a.Domain)
+}

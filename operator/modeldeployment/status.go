@@ -1,0 +1,96 @@
+package modeldeployment
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+)
+
+func set(md *kvv1.ModelDeployment, t string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&md.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: md.Generation})
+}
+
+// setStatus computes the deployment's status from what the reconcile observed.
+func setStatus(s *state) {
+	md := s.md
+	md.Status.Roles = generator.RolesSummary(md)
+	setRollout(s)
+	setCacheAttached(s)
+	switch {
+	case s.renderErr != nil || s.refusal != nil:
+		md.Status.Phase = kvv1.PhaseDegraded
+	case meta.IsStatusConditionTrue(md.Status.Conditions, kvv1.ConditionRolloutComplete):
+		md.Status.Phase = kvv1.PhaseReady
+	default:
+		md.Status.Phase = kvv1.PhaseProvisioning
+	}
+}
+
+func setRollout(s *state) {
+	md := s.md
+	if s.renderErr != nil {
+		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "RenderFailed", s.renderErr.Error())
+		return
+	}
+	if len(s.deploys) < len(md.Spec.Roles) {
+		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "NotCreated", fmt.Sprintf("%d of %d role Deployments exist", len(s.deploys), len(md.Spec.Roles)))
+		return
+	}
+	for _, d := range s.deploys {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.AvailableReplicas < want {
+			set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "Progressing",
+				fmt.Sprintf("%s: %d of %d replicas updated and available", d.Name, min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas), want))
+			return
+		}
+	}
+	set(md, kvv1.ConditionRolloutComplete, metav1.ConditionTrue, "Complete", "every role runs its current template on all replicas")
+}
+
+// setCacheAttached says whether the cache is attached, from observation: a ready replica and
+// the tenant's usage visible in the store. Configuration alone never makes it True.
+func setCacheAttached(s *state) {
+	md := s.md
+	if md.Spec.KVCache == nil {
+		md.Status.KVCache = nil
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionFalse, "NoCacheRequested", "spec.kvCache is not set: the deployment runs with no shared cache")
+		return
+	}
+	if s.refusal != nil {
+		md.Status.KVCache = nil
+		if a := s.attachment; a != nil && a.Binding != nil {
+			md.Status.KVCache = &kvv1.ModelDeploymentCacheStatus{Binding: a.Binding.Name, Domain: a.Domain}
+			if a.Pool != nil {
+				md.Status.KVCache.Pool = a.Pool.Name
+			}
+		}
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionFalse, s.refusal.Reason, s.refusal.Message)
+		return
+	}
+	a := s.attachment
+	md.Status.KVCache = &kvv1.ModelDeploymentCacheStatus{Binding: a.Binding.Name, Pool: a.Pool.Name, Domain: a.Domain}
+	var ready int32
+	for _, d := range s.deploys {
+		ready += d.Status.ReadyReplicas
+	}
+	switch {
+	case ready == 0:
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoReplicaReady", "configured through "+describe(a)+"; no replica is ready yet, so nothing can use the cache")
+	case !a.TenantLedger:
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoObservationAvailable",
+			fmt.Sprintf("%d replica(s) ready; KVCacheBackend %s keeps no tenant ledger, so the store cannot show this domain's usage", ready, a.Backend.Name))
+	case a.Binding.Status.Usage == nil || a.Binding.Status.Usage.IsZero():
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoObservationAvailable",
+			fmt.Sprintf("%d replica(s) ready; the store shows no usage for tenant %s yet", ready, a.Domain))
+	default:
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionTrue, "CacheActive",
+			fmt.Sprintf("%d replica(s) ready; tenant %s holds %s in the store", ready, a.Domain, a.Binding.Status.Usage.String()))
+	}
+}

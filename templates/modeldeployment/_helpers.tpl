@@ -1,0 +1,23 @@
+{{/*
+Partials of the ModelDeployment templates. Context: (dict "Root" $ "Role" $role).
+*/}}
+{{- define "md.selectorLabels" -}}
+app.kubernetes.io/name: model-deployment
+app.kubernetes.io/instance: {{ .Root.Name }}
+app.kubernetes.io/component: {{ .Role.Name }}
+{{- end }}
+
+{{- define "md.labels" -}}
+{{ include "md.selectorLabels" . }}
+app.kubernetes.io/managed-by: kvcache-operator
+worker.gpustack.ai/role-kind: {{ .Role.Kind }}
+{{- end }}
+
+{{- define "md.metadata" -}}
+name: {{ .Role.ObjectName }}
+namespace: {{ .Root.Namespace }}
+labels:
+  {{- include "md.labels" . | nindent 2 }}
+ownerReferences:
+  - {{ toJson .Root.Owner }}
+{{- end }}

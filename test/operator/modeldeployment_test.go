@@ -1,0 +1,136 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+)
+
+func eventuallyMD(t *testing.T, name, what string, f func(md *kvv1.ModelDeployment) bool) *kvv1.ModelDeployment {
+	t.Helper()
+	md := &kvv1.ModelDeployment{}
+	poll(t, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: name}, md) == nil && f(md)
+	}, func() string { return fmt.Sprintf("ModelDeployment %s: %s; last status: %+v", name, what, md.Status) })
+	return md
+}
+
+// markReady sets a role Deployment's status as the Deployment controller and kubelet would.
+func markReady(t *testing.T, name string) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	require.Eventually(t, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: name}, d) == nil
+	}, wait, 100*time.Millisecond)
+	n := *d.Spec.Replicas
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	require.NoError(t, env.Client.Status().Update(context.Background(), d))
+}
+
+// Step 3 of the walkthrough: the roles render with owner references, the status echoes the
+// Binding, the Binding lists the deployment, and CacheAttached turns True only once a replica
+// is ready and the store shows the tenant's usage. A removed role is pruned; deleting the
+// deployment releases the Binding.
+func TestModelDeploymentAttachesThroughItsBinding(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "md-store", storetest.FakeOptions{MultiTenancy: true})
+	fake.MountSegment("10.4.0.10:15400", 16<<30, "tcp")
+	create(t, walkthroughBackend("md-store"))
+	create(t, pool("md-pool", "md-store", "16Gi"))
+	create(t, binding("team-a", "chat", "md-pool", "team-a-chat", "8Gi"))
+	eventuallyBinding(t, "team-a", "chat", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+	md := &kvv1.ModelDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "qwen-chat"}, Spec: kvv1.ModelDeploymentSpec{
+		Model: kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"}, Engine: kvv1.Engine{Name: kvv1.EngineVLLM, Version: "0.29.0"},
+		KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "chat"}},
+		Roles:   []kvv1.Role{{Name: "server", Replicas: ptr.To[int32](2)}, {Name: "canary"}},
+	}}
+	require.NoError(t, env.Client.Create(ctx, md))
+
+	got := eventuallyMD(t, "qwen-chat", "NoReplicaReady", func(md *kvv1.ModelDeployment) bool {
+		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "NoReplicaReady"
+	})
+	assert.Equal(t, &kvv1.ModelDeploymentCacheStatus{Binding: "chat", Pool: "md-pool", Domain: "team-a-chat"}, got.Status.KVCache)
+	assert.Equal(t, "3S", got.Status.Roles)
+	d := &appsv1.Deployment{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-server"}, d))
+	assert.True(t, metav1.IsControlledBy(d, get(t, md)), "the role Deployment is owned by the ModelDeployment")
+	c := d.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, []string{"serve", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000", "--kv-transfer-config", `{"kv_connector":"MooncakeStoreConnector","kv_role":"kv_both"}`, "--kv-cache-dtype", "bfloat16"}, c.Args)
+	assert.Contains(t, d.Spec.Template.Annotations["kvcache.gpustack.ai/client-config"], `"tenant_id":"team-a-chat"`)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-server"}, &corev1.Service{}))
+	eventuallyBinding(t, "team-a", "chat", "usedBy lists the deployment", func(b *kvv1.KVCachePoolBinding) bool {
+		return len(b.Status.UsedBy) == 1 && b.Status.UsedBy[0].Name == "qwen-chat"
+	})
+
+	markReady(t, "qwen-chat-server")
+	markReady(t, "qwen-chat-canary")
+	eventuallyMD(t, "qwen-chat", "rolled out, no usage yet", func(md *kvv1.ModelDeployment) bool {
+		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "NoObservationAvailable" && md.Status.Phase == kvv1.PhaseReady
+	})
+	fake.SetCharged("team-a-chat", 64<<20) // an engine wrote 64Mi under the tenant
+	// The tenant must be empty again before its Binding can be released at cleanup.
+	t.Cleanup(func() { fake.SetCharged("team-a-chat", 0) })
+	got = eventuallyMD(t, "qwen-chat", "CacheActive", func(md *kvv1.ModelDeployment) bool {
+		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "CacheActive"
+	})
+	assert.Equal(t, "3 replica(s) ready; tenant team-a-chat holds 64Mi in the store", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
+
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := get(t, &kvv1.ModelDeployment{ObjectMeta: md.ObjectMeta})
+		cur.Spec.Roles = cur.Spec.Roles[:1]
+		return env.Client.Update(ctx, cur)
+	}))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-canary"}, &appsv1.Deployment{})) &&
+			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-canary"}, &corev1.Service{}))
+	}, wait, 100*time.Millisecond, "the removed role is pruned")
+
+	require.NoError(t, env.Client.Delete(ctx, md))
+	eventuallyBinding(t, "team-a", "chat", "released", func(b *kvv1.KVCachePoolBinding) bool { return len(b.Status.UsedBy) == 0 })
+}
+
+// A Binding that cannot attach (its pool's ledger is unreachable) is reported, naming it, and
+// nothing is rendered without the cache.
+func TestModelDeploymentReportsAnUnusableBinding(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "md-down", storetest.FakeOptions{MultiTenancy: true})
+	create(t, walkthroughBackend("md-down"))
+	create(t, pool("md-down-pool", "md-down", "16Gi"))
+	create(t, binding("team-b", "down", "md-down-pool", "team-b-down", "8Gi"))
+	fake.SetDown(true)
+	// The ledger must answer again before the Binding can be released at cleanup.
+	t.Cleanup(func() { fake.SetDown(false) })
+	md := &kvv1.ModelDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "qwen-down"}, Spec: kvv1.ModelDeploymentSpec{
+		Model: kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"}, Engine: kvv1.Engine{Name: kvv1.EngineSGLang, Version: "0.5.18"},
+		KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "down"}},
+		Roles:   []kvv1.Role{{Name: "server"}},
+	}}
+	require.NoError(t, env.Client.Create(ctx, md))
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, md) })
+	got := &kvv1.ModelDeployment{}
+	require.Eventually(t, func() bool {
+		if env.Client.Get(ctx, client.ObjectKeyFromObject(md), got) != nil {
+			return false
+		}
+		return condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "QuotaLedgerNotAvailable"
+	}, wait, 100*time.Millisecond)
+	assert.Contains(t, condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message, `KVCachePool "md-down-pool" reports QuotaLedgerAvailable=False (LedgerUnreachable`)
+	assert.Equal(t, kvv1.PhaseDegraded, got.Status.Phase)
+	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "qwen-down-server"}, &appsv1.Deployment{})))
+}
