@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvcache-operator/kvcache/internal/promutil"
+
 	"github.com/kvcache-operator/kvcache/operator/store"
 )
 
@@ -30,24 +32,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"backend", "operation", "result"}),
 	}
 	var err error
-	if m.scrapeFailures, err = register(reg, m.scrapeFailures); err != nil {
+	if m.scrapeFailures, err = promutil.Register(reg, m.scrapeFailures); err != nil {
 		return nil, err
 	}
-	if m.ledgerWrites, err = register(reg, m.ledgerWrites); err != nil {
+	if m.ledgerWrites, err = promutil.Register(reg, m.ledgerWrites); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }
 
 // ScrapeFailed counts a failed read of endpoint ("health", "metrics", ...).

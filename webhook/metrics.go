@@ -2,11 +2,12 @@ package webhook
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvcache-operator/kvcache/internal/promutil"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -31,10 +32,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"webhook"}),
 	}
 	var err error
-	if m.total, err = register(reg, m.total); err != nil {
+	if m.total, err = promutil.Register(reg, m.total); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = promutil.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -72,17 +73,4 @@ func (v Validated) Admit(ctx context.Context, req admission.Request) Outcome {
 	default:
 		return Outcome{Response: resp, Result: OutcomeRefused, Reason: "Invalid"}
 	}
-}
-
-// register registers c, or returns the collector already registered under its name (a second
-// manager in one process, as in tests, shares the first one's series).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }
