@@ -7,171 +7,34 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 )
 
 const realSegmentSize = 268435456 // MOONCAKE_GLOBAL_SEGMENT_SIZE of the member
 
-// mooncakeBin runs hack/mooncake.sh (cached after the first run) and returns the venv's bin
-// directory. A failure FAILS the test: the real store is part of the suite, never skipped.
-func mooncakeBin(t *testing.T) string {
-	t.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "..", "hack", "mooncake.sh"))
-	require.NoError(t, err)
-	var stderr bytes.Buffer
-	cmd := exec.Command(script)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/mooncake.sh (provides the real mooncake_master from PyPI) failed: %v\n%s", err, stderr.String())
-	}
-	bin := strings.TrimSpace(string(out))
-	for _, exe := range []string{"mooncake_master", "mc_store_rest_server"} {
-		if _, err := os.Stat(filepath.Join(bin, exe)); err != nil {
-			t.Fatalf("hack/mooncake.sh printed %q, which has no %s: %v", bin, exe, err)
-		}
-	}
-	return bin
-}
-
-// freePorts returns n distinct free loopback ports (listen on :0, close).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
-	}
-	return ports
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
-	err  error
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// tail is the end of the process's output, for failure messages.
-func (p *proc) tail() string {
-	s := p.out.String()
-	if len(s) > 6000 {
-		s = "…" + s[len(s)-6000:]
-	}
-	return s
-}
-
-// startProc starts a process in its own process group. Cleanup sends SIGTERM to the group,
-// then SIGKILL after grace (the member ignores SIGTERM while it connects).
-func startProc(t *testing.T, name, path string, args, env []string, grace time.Duration) *proc {
-	t.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	// Own group, so one kill reaches any child; Pdeathsig so a killed test binary leaves nothing.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	require.NoError(t, p.cmd.Start(), "starting %s", name)
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		pgid := p.cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(grace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-p.done
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group, if any; ESRCH otherwise
-		if t.Failed() {
-			t.Logf("%s (%s) output:\n%s", name, strings.Join(p.cmd.Args, " "), p.tail())
-		}
-	})
-	return p
-}
-
-// poll retries f every 50 ms until it returns nil or d passes; it fails the test with the last
-// error. A process that exits meanwhile ends the wait.
-func poll(t *testing.T, d time.Duration, what string, watch []*proc, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		for _, p := range watch {
-			if p.exited() {
-				t.Fatalf("%s: %s exited (%v) while waiting; last error: %v\n%s", what, p.name, p.err, err, p.tail())
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last error: %v", what, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // startMaster starts mooncake_master with the flags the leader template renders, on free ports,
 // and waits for /health. It returns the process, the RPC port and a Client of its admin port.
-func startMaster(t *testing.T, bin string, multiTenancy bool) (*proc, int, *Client) {
+func startMaster(t *testing.T, bin string, multiTenancy bool) (*mooncaketest.Proc, int, *Client) {
 	t.Helper()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "tenant-quota-policy.yaml")
 	require.NoError(t, os.WriteFile(policy, []byte("version: 1\ntenants:\n  - name: team-a\n    quota: 1073741824\n"), 0o644))
-	ports := freePorts(t, 2)
+	ports := mooncaketest.FreePorts(t, 2)
 	rpc, met := ports[0], ports[1]
 	args := []string{
 		"-rpc_port=" + strconv.Itoa(rpc),
@@ -183,9 +46,9 @@ func startMaster(t *testing.T, bin string, multiTenancy bool) (*proc, int, *Clie
 		"-tenant_quota_connector_uri=" + policy,
 	}
 	name := "mooncake_master (multi-tenancy " + map[bool]string{true: "on", false: "off"}[multiTenancy] + ")"
-	p := startProc(t, name, filepath.Join(bin, "mooncake_master"), args, nil, 3*time.Second)
+	p := mooncaketest.Start(t, name, 3*time.Second, nil, filepath.Join(bin, "mooncake_master"), args...)
 	c := New(fmt.Sprintf("http://127.0.0.1:%d", met), WithTimeout(2*time.Second))
-	poll(t, 10*time.Second, name+" /health", []*proc{p}, func() error {
+	mooncaketest.Poll(t, 10*time.Second, name+" /health", []*mooncaketest.Proc{p}, func() error {
 		h, err := c.Health(context.Background())
 		if err == nil && !h.ServiceReady {
 			err = errors.New("service_ready false")
@@ -197,7 +60,7 @@ func startMaster(t *testing.T, bin string, multiTenancy bool) (*proc, int, *Clie
 
 func TestRealStore(t *testing.T) {
 	start := time.Now()
-	bin := mooncakeBin(t)
+	bin := mooncaketest.Bin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -209,9 +72,8 @@ func TestRealStore(t *testing.T) {
 
 	// The member (mc_store_rest_server) mounts a 256 MiB segment. Its tenant is team-a so that
 	// a PUT through its REST API charges team-a (mounting itself is not tenant-gated).
-	rest := freePorts(t, 1)[0]
-	member := startProc(t, "mc_store_rest_server", filepath.Join(bin, "mc_store_rest_server"),
-		[]string{"--port=" + strconv.Itoa(rest)},
+	rest := mooncaketest.FreePorts(t, 1)[0]
+	member := mooncaketest.Start(t, "mc_store_rest_server", 1500*time.Millisecond,
 		[]string{
 			"MOONCAKE_MASTER=127.0.0.1:" + strconv.Itoa(rpc),
 			"MOONCAKE_TE_META_DATA_SERVER=P2PHANDSHAKE",
@@ -222,10 +84,11 @@ func TestRealStore(t *testing.T) {
 			"MOONCAKE_TENANT_ID=team-a",
 			"MC_TE_METRIC=1",
 			"MC_STORE_CLIENT_SETUP_RETRIES=2",
-		}, 1500*time.Millisecond)
-	procs := []*proc{master, member}
+		},
+		filepath.Join(bin, "mc_store_rest_server"), "--port="+strconv.Itoa(rest))
+	procs := []*mooncaketest.Proc{master, member}
 
-	poll(t, 10*time.Second, "master_total_capacity_bytes == segment size", procs, func() error {
+	mooncaketest.Poll(t, 10*time.Second, "master_total_capacity_bytes == segment size", procs, func() error {
 		m, err := c.Metrics(ctx)
 		if err != nil {
 			return err
@@ -306,8 +169,8 @@ func TestRealStore(t *testing.T) {
 		}
 		return nil
 	}
-	poll(t, 10*time.Second, "member REST put", procs, restPut)
-	poll(t, 5*time.Second, "team-a charged", procs, func() error {
+	mooncaketest.Poll(t, 10*time.Second, "member REST put", procs, restPut)
+	mooncaketest.Poll(t, 5*time.Second, "team-a charged", procs, func() error {
 		m, err := c.Metrics(ctx)
 		if err != nil {
 			return err

@@ -38,6 +38,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 )
 
 const (
@@ -86,16 +87,16 @@ const seededPolicy = "version: 1\ntenants:\n  - name: \"team-a-chat\"\n    quota
 // leaderRun is one emulated leader Pod's master process and where its ledger file lives.
 type leaderRun struct {
 	policy string // host path of -tenant_quota_connector_uri
-	proc   *proc
+	proc   *mooncaketest.Proc
 }
 
 func TestRealStoreEndToEnd(t *testing.T) {
 	testStart := time.Now()
-	bin := mooncakeBin(t)
+	bin := mooncaketest.Bin(t, "python")
 	env := startEnvtest(t)
 	c := env.Client
 	// The store's ports, picked once the API server and etcd hold theirs.
-	ports := freePorts(t, 3)
+	ports := mooncaketest.FreePorts(t, 3)
 	rpcPort, adminPort, restPort := ports[0], ports[1], ports[2]
 	rpcAddr := "127.0.0.1:" + strconv.Itoa(rpcPort)
 	admin := adminAPI{base: "http://127.0.0.1:" + strconv.Itoa(adminPort)}
@@ -200,7 +201,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 		cm := &corev1.ConfigMap{}
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(policyCM), cm))
 		require.Equal(t, cm.Data["tenant-quota-policy.yaml"], string(seed), "the seed is the ConfigMap's content")
-		p := startProc(t, what, filepath.Join(bin, leaderC.Command[0]), args, nil, 3*time.Second)
+		p := mooncaketest.Start(t, what, 3*time.Second, nil, filepath.Join(bin, leaderC.Command[0]), args...)
 		return leaderRun{policy: policy, proc: p}
 	}
 
@@ -208,14 +209,14 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	leader := startLeader("mooncake_master")
 	// The kubelet's readiness probe, as rendered (GET /get_all_segments on the admin port),
 	// against the real master; once it passes, the Deployment reports the leader rolled out.
-	poll(t, 10*time.Second, "the leader's readiness probe", []*proc{leader.proc}, func() error {
+	mooncaketest.Poll(t, 10*time.Second, "the leader's readiness probe", []*mooncaketest.Proc{leader.proc}, func() error {
 		_, err := admin.get(leaderC.ReadinessProbe.HTTPGet.Path)
 		return err
 	})
 	rollOutLeader(t, c, leaderDep)
 	// The master parsed the rendered lease TTL as five minutes (Go's "5m0s" would abort it).
-	assert.Contains(t, leader.proc.out.String(), "default_kv_lease_ttl=300000")
-	assert.Contains(t, leader.proc.out.String(), "enable_ha=0")
+	assert.Contains(t, leader.proc.Output(), "default_kv_lease_ttl=300000")
+	assert.Contains(t, leader.proc.Output(), "enable_ha=0")
 
 	// ---- 3. The member Pod, as the DaemonSet controller and the kubelet would run it. ---------
 	pod := scheduleMemberPod(t, c, memberDS, "node-0", "127.0.0.1")
@@ -240,9 +241,9 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	}, memberEnv)
 	memberArgs := []string{"--port=" + strconv.Itoa(restPort)} // rendered --port=8080, on a free port
 	memberStart := time.Now()
-	member := startProc(t, "mc_store_rest_server", filepath.Join(bin, memberC.Command[0]), memberArgs, memberEnv, 6*time.Second)
+	member := mooncaketest.Start(t, "mc_store_rest_server", 6*time.Second, memberEnv, filepath.Join(bin, memberC.Command[0]), memberArgs...)
 	// The kubelet's readiness probe, as rendered (TCP on the REST port), then Ready.
-	poll(t, 15*time.Second, "the member's readiness probe", []*proc{leader.proc, member}, func() error {
+	mooncaketest.Poll(t, 15*time.Second, "the member's readiness probe", []*mooncaketest.Proc{leader.proc, member}, func() error {
 		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(restPort), time.Second)
 		if err == nil {
 			_ = conn.Close()
@@ -295,7 +296,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 		PoolRef: kvv1.LocalReference{Name: poolName}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("128Mi")},
 		Domain: kvv1.Domain{Name: domainName, BlockSize: 64, Dtype: "bfloat16"}}}))
 	var entry ledgerEntry
-	poll(t, settle, "the master's ledger lists "+domainName, []*proc{leader.proc, member}, func() error {
+	mooncaketest.Poll(t, settle, "the master's ledger lists "+domainName, []*mooncaketest.Proc{leader.proc, member}, func() error {
 		l, err := admin.ledger()
 		if err != nil {
 			return err
@@ -393,10 +394,10 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	runClient := func(configFile, key string) clientResult {
 		t.Helper()
 		start := time.Now()
-		stdout, stderr, err := runProc(t, 40*time.Second, filepath.Join(bin, "python"), []string{script}, append(append([]string(nil), engineEnv...),
+		stdout, stderr, err := mooncaketest.Run(t, 40*time.Second, append(append([]string(nil), engineEnv...),
 			"MOONCAKE_CONFIG_PATH="+configFile, "E2E_KEY="+key, "E2E_PAYLOAD_BYTES="+strconv.Itoa(payloadBytes), "E2E_ADMIN_URL="+admin.base,
 			// Bounded retries, so a client that cannot reach the master fails in seconds.
-			"MC_STORE_CLIENT_SETUP_RETRIES=2", "PYTHONUNBUFFERED=1"))
+			"MC_STORE_CLIENT_SETUP_RETRIES=2", "PYTHONUNBUFFERED=1"), filepath.Join(bin, "python"), script)
 		require.NoError(t, err, "engine client: stdout:\n%s\nstderr:\n%s", stdout, stderr)
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
 		cr := clientResult{stderr: stderr}
@@ -448,7 +449,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 
 	// ---- 7. The master dies; a new leader Pod starts from the seed. --------------------------
 	killedAt := time.Now()
-	leader.proc.kill()
+	leader.proc.Kill()
 	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, 30*time.Second, "Error with no capacity",
 		func(b *kvv1.KVCacheBackend) bool {
 			return (b.Status.Phase == kvv1.PhaseError || b.Status.Phase == kvv1.PhaseDegraded) && b.Status.Capacity == nil &&
@@ -459,7 +460,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	assert.Nil(t, got.Status.Capacity, "absent, not zero")
 	assert.Equal(t, metav1.ConditionFalse, condition(got.Status.Conditions, kvv1.ConditionLeaderAvailable).Status)
 	assert.Equal(t, metav1.ConditionFalse, condition(got.Status.Conditions, kvv1.ConditionCapacityObserved).Status)
-	assert.False(t, member.exited(), "the member outlives the master")
+	assert.False(t, member.Exited(), "the member outlives the master")
 
 	// A new leader Pod: new emptyDir, seeded by the init container from the ConfigMap as the
 	// API server has it now (it lists the tenant, since the Binding exists). Same flags, same
@@ -471,7 +472,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	leader = startLeader("mooncake_master (restarted)")
 	// Cleanups run last-registered first: stop the member while this master still runs (it
 	// unmounts and exits; without a master it ignores SIGTERM until the grace period ends).
-	t.Cleanup(member.stop)
+	t.Cleanup(member.Stop)
 	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, settle, "Ready again",
 		func(b *kvv1.KVCacheBackend) bool { return b.Status.Phase == kvv1.PhaseReady })
 	restartToReady := time.Since(restartedAt)
@@ -480,7 +481,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	assert.Equal(t, metav1.ConditionTrue, condition(got.Status.Conditions, kvv1.ConditionMembersMounted).Status)
 	require.Len(t, got.Status.Members, 1)
 	assert.Equal(t, pod.Name, got.Status.Members[0].Pod)
-	poll(t, settle, "the restarted ledger holds "+domainName, []*proc{leader.proc, member}, func() error {
+	mooncaketest.Poll(t, settle, "the restarted ledger holds "+domainName, []*mooncaketest.Proc{leader.proc, member}, func() error {
 		l, err := admin.ledger()
 		if err != nil {
 			return err
