@@ -28,6 +28,11 @@ func newManagerCommand() *cobra.Command {
 			var err error
 			if kubeconfig != "" {
 				cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+				// As controller-runtime does for its own config: no client-side rate limit (the
+				// API server's priority and fairness applies), rather than client-go's 5 QPS.
+				if err == nil && cfg.QPS == 0 {
+					cfg.QPS = -1
+				}
 			} else {
 				cfg, err = ctrl.GetConfig()
 			}

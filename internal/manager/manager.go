@@ -226,17 +226,20 @@ func cacheOptions(systemNamespace string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{generator.LabelManagedBy: generator.ManagedBy})
 	store := labels.SelectorFromSet(labels.Set{generator.LabelName: generator.StoreName})
 	inSystem := map[string]cache.Config{systemNamespace: {}}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}:            {Label: store, Namespaces: inSystem},
-		&coordinationv1.Lease{}:  {Namespaces: inSystem},
-		&appsv1.Deployment{}:     {Label: managed},
-		&appsv1.DaemonSet{}:      {Label: managed},
-		&corev1.Service{}:        {Label: managed},
-		&corev1.ConfigMap{}:      {Label: managed},
-		&corev1.ServiceAccount{}: {Label: managed},
-		&rbacv1.Role{}:           {Label: managed},
-		&rbacv1.RoleBinding{}:    {Label: managed},
-	}}
+	return cache.Options{
+		// managedFields are never read here: not caching them saves memory and every copy.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:            {Label: store, Namespaces: inSystem},
+			&coordinationv1.Lease{}:  {Namespaces: inSystem},
+			&appsv1.Deployment{}:     {Label: managed},
+			&appsv1.DaemonSet{}:      {Label: managed},
+			&corev1.Service{}:        {Label: managed},
+			&corev1.ConfigMap{}:      {Label: managed},
+			&corev1.ServiceAccount{}: {Label: managed},
+			&rbacv1.Role{}:           {Label: managed},
+			&rbacv1.RoleBinding{}:    {Label: managed},
+		}}
 }
 
 func registerControllers(mgr ctrl.Manager, o Options) error {

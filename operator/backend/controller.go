@@ -20,9 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -79,6 +81,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&kvv1.KVCacheBackend{}).
 		Named("kvcachebackend").
+		// A reconcile can wait seconds on an unreachable store: several workers keep one slow
+		// store from holding up the rest.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Owns(&appsv1.Deployment{}, owned).
 		Owns(&appsv1.DaemonSet{}, owned).
 		Owns(&corev1.Service{}, owned).
@@ -197,7 +202,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	setPhase(b)
-	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	// Periodic polls yield to events: a store that changes is read before one that is polled.
+	return ctrl.Result{RequeueAfter: r.PollInterval, Priority: ptr.To(handler.LowPriority)}, nil
 }
 
 // state is what one reconcile learned, handed from phase to phase.

@@ -11,8 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/values"
 )
@@ -37,7 +40,8 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	h, err := admin.Health(ctx)
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "health", err)
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "Unreachable", err.Error())
+		log.FromContext(ctx).V(1).Info("store health unreadable", "error", err.Error())
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "Unreachable", operator.Describe(err))
 		r.capacityLost(b)
 		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "LeaderUnavailable", "the leader does not answer")
 		return nil
@@ -58,7 +62,7 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "metrics", err)
 		b.Status.Capacity = nil
-		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "ScrapeFailed", err.Error())
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "ScrapeFailed", operator.Describe(err))
 	} else {
 		used := resource.NewQuantity(m.AllocatedBytes, resource.BinarySI)
 		b.Status.Capacity = &kvv1.Capacity{Total: *resource.NewQuantity(m.TotalCapacityBytes, resource.BinarySI), Used: used}
@@ -117,7 +121,7 @@ func (r *Reconciler) setMembers(b *kvv1.KVCacheBackend, pods []corev1.Pod, segme
 		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "SegmentsUnsupported", "the master does not list segments (Mooncake before 0.3.12)")
 		return
 	case segErr != nil:
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "ScrapeFailed", segErr.Error())
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "ScrapeFailed", operator.Describe(segErr))
 		return
 	}
 	if b.Spec.Connection.Managed == nil {

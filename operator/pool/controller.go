@@ -20,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -54,6 +56,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&kvv1.KVCachePool{}).
 		Named("kvcachepool").
+		// A reconcile can wait seconds on an unreachable store: several workers keep one slow
+		// store from holding up the rest.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			b := o.(*kvv1.KVCachePoolBinding)
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: b.Spec.PoolRef.Name}}}
@@ -136,7 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	r.setStatuses(ctx, s)
-	return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	return ctrl.Result{RequeueAfter: r.PollInterval, Priority: ptr.To(handler.LowPriority)}, nil
 }
 
 // listBindings reads the pool's Bindings and keeps a copy of each for the status patch.
@@ -342,13 +347,14 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", domain(b), s.backend.Name, r.PollInterval))
 				continue
 			case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
-				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerWriteFailed", err.Error())
+				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerWriteFailed", operator.Describe(err))
 				continue
 			}
 			delete(s.ledger, domain(b))
 		} else if s.ledger == nil && !s.noLedger && s.backend != nil {
 			// The ledger cannot be read: wait rather than leave an entry behind.
-			set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerUnreachable", errString(s.ledgerErr))
+			set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerUnreachable",
+				fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read, so the entry cannot be released yet; its QuotaLedgerAvailable condition says why", s.pool.Name))
 			continue
 		}
 		if err := r.removeFinalizer(ctx, b); err != nil {
@@ -358,11 +364,13 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 	return nil
 }
 
+// errString is a ledger error in words that stay the same while its cause does (status is not
+// rewritten by every poll of an unreachable store).
 func errString(err error) string {
 	if err == nil {
 		return "the ledger could not be read"
 	}
-	return err.Error()
+	return operator.Describe(err)
 }
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, b *kvv1.KVCachePoolBinding) error {

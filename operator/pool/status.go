@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator"
 )
 
 // setStatuses computes the pool's and its Bindings' status from what the reconcile found.
@@ -57,10 +58,11 @@ func setLedgerAvailable(p *kvv1.KVCachePool, s *state) {
 		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonMultiTenancyDisabled,
 			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: ceilings are not enforced, engines get no tenant and every write lands in the store's default tenant", s.backend.Name))
 	case s.ledger == nil:
-		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, "LedgerUnreachable", errString(s.ledgerErr))
+		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, "LedgerUnreachable",
+			fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read: %s", s.backend.Name, errString(s.ledgerErr)))
 	case s.ledgerErr != nil:
 		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, "LedgerObserved",
-			"the master keeps a tenant ledger; the last write failed: "+s.ledgerErr.Error())
+			"the master keeps a tenant ledger; the last write failed: "+operator.Describe(s.ledgerErr))
 	default:
 		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, "LedgerObserved",
 			fmt.Sprintf("the master of KVCacheBackend %s keeps a tenant ledger", s.backend.Name))
@@ -139,7 +141,8 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, "Unenforced",
 			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: the ceiling is not enforced and writes land in the default tenant", s.backend.Name))
 	case s.ledger == nil:
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "LedgerUnreachable", errString(s.ledgerErr))
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "LedgerUnreachable",
+			fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read; its QuotaLedgerAvailable condition says why", s.pool.Name))
 	case !s.holds(b):
 		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", "the domain is held by another Binding")
 	case !ok:
