@@ -108,12 +108,18 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	}
 
 	// helm template | kubectl apply --server-side, the Settings (post-install hooks) held back
-	// until the webhook that validates them serves, as `helm install --wait` orders them.
+	// until the webhook that validates them serves, as `helm install --wait` orders them. The
+	// chart's webhook configurations name a Service, which has no endpoints here, so the test
+	// points them at the local server's URL in the manifests themselves.
+	port := freePort(t)
 	var main, hooks []string
 	for _, doc := range strings.Split(template(t), "\n---\n") {
-		if strings.Contains(doc, "helm.sh/hook:") {
+		switch {
+		case strings.Contains(doc, "helm.sh/hook:"):
 			hooks = append(hooks, doc)
-		} else {
+		case strings.Contains(doc, "kind: MutatingWebhookConfiguration"), strings.Contains(doc, "kind: ValidatingWebhookConfiguration"):
+			main = append(main, toURLs(t, doc, port))
+		default:
 			main = append(main, doc)
 		}
 	}
@@ -121,23 +127,6 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	require.NoError(t, os.WriteFile(manifests, []byte(strings.Join(main, "\n---\n")), 0o600))
 	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", manifests)
 	run(t, kubectl, "--kubeconfig", admin, "wait", "--for", "condition=established", "crd", "--all", "--timeout=60s")
-
-	// The URL override: the chart's configurations name a Service, which has no endpoints here.
-	port := freePort(t)
-	for _, obj := range []client.Object{&admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
-		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, obj))
-		switch c := obj.(type) {
-		case *admissionregistrationv1.MutatingWebhookConfiguration:
-			for i := range c.Webhooks {
-				c.Webhooks[i].ClientConfig = urlConfig(port, c.Webhooks[i].ClientConfig)
-			}
-		case *admissionregistrationv1.ValidatingWebhookConfiguration:
-			for i := range c.Webhooks {
-				c.Webhooks[i].ClientConfig = urlConfig(port, c.Webhooks[i].ClientConfig)
-			}
-		}
-		require.NoError(t, env.Client.Update(ctx, obj))
-	}
 
 	// The manager, as the chart's Deployment runs it, with the chart's service account.
 	d := &appsv1.Deployment{}
@@ -197,6 +186,24 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", hookFile)
 
 	exercise(t, env)
+
+	// An upgrade re-applies the chart's manifests (the Secret without data, the webhook
+	// configurations without a caBundle): what the manager wrote stays, and admission keeps
+	// working.
+	caBefore := mwc.Webhooks[0].ClientConfig.CABundle
+	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", manifests)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, mwc))
+	assert.Equal(t, caBefore, mwc.Webhooks[0].ClientConfig.CABundle, "the upgrade keeps the injected CA")
+	after := &corev1.Secret{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(secret), after))
+	assert.Equal(t, secret.Data["tls.crt"], after.Data["tls.crt"], "the upgrade keeps the certificate the manager wrote")
+	upgraded := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "after-upgrade", Labels: map[string]string{injection.LabelInject: "true"},
+			Annotations: map[string]string{injection.AnnotationBinding: "legacy", injection.AnnotationEngine: "vLLM"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, upgraded), "admission works after the upgrade")
+	assert.Contains(t, upgraded.Annotations, injection.AnnotationInjected)
 	stop()
 	assertRBACMatchesRequests(t, auditLog)
 }
@@ -227,8 +234,23 @@ func projectSecret(t *testing.T, env *testenv.Env, certDir string) {
 	}()
 }
 
-func urlConfig(port int, c admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.WebhookClientConfig {
-	return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://localhost:%d%s", port, *c.Service.Path))}
+// toURLs rewrites one rendered webhook configuration so that every webhook calls the local
+// server on port at the path the chart gives its Service reference.
+func toURLs(t *testing.T, doc string, port int) string {
+	t.Helper()
+	obj := map[string]any{}
+	require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
+	hooks, _ := obj["webhooks"].([]any)
+	require.NotEmpty(t, hooks, "a webhook configuration without webhooks:\n%s", doc)
+	for _, h := range hooks {
+		cc := h.(map[string]any)["clientConfig"].(map[string]any)
+		svc := cc["service"].(map[string]any)
+		cc["url"] = fmt.Sprintf("https://localhost:%d%s", port, svc["path"])
+		delete(cc, "service")
+	}
+	out, err := yaml.Marshal(obj)
+	require.NoError(t, err)
+	return string(out)
 }
 
 // exercise drives what the manager does in a cluster: store children for an electing,
