@@ -146,6 +146,44 @@ func vtFailingReader[T client.Object](t *testing.T, objs ...client.Object) clien
 	})
 }
 
+// vtCase is one admission in a validator's table: a create of obj, or (old set) an update of
+// old changed by mutate; want lists the refusal's causes, warn the warnings.
+type vtCase[T client.Object] struct {
+	name    string
+	cluster []client.Object
+	old     T
+	obj     T
+	mutate  func(T)
+	want    []string
+	warn    admission.Warnings
+}
+
+// runVTCases admits each case through a validator reading the case's cluster.
+func runVTCases[T client.Object](t *testing.T, cases []vtCase[T], validator func(client.Reader) admission.Validator[T]) {
+	t.Helper()
+	var none T
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			v := validator(vtReader(t, tt.cluster...))
+			var warnings admission.Warnings
+			var err error
+			if any(tt.old) == any(none) {
+				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
+			} else {
+				changed := tt.old.DeepCopyObject().(T)
+				tt.mutate(changed)
+				warnings, err = v.ValidateUpdate(context.Background(), tt.old, changed)
+			}
+			if len(tt.warn) == 0 {
+				assert.Empty(t, warnings)
+			} else {
+				assert.Equal(t, tt.warn, warnings)
+			}
+			assert.Equal(t, tt.want, vtCauses(t, err))
+		})
+	}
+}
+
 // vtCauses returns an Invalid error's field errors as "<field>: <message>", as kubectl prints
 // them after "is invalid: ". nil for a nil error; the test fails for an error of another kind.
 func vtCauses(t *testing.T, err error) []string {
@@ -183,15 +221,7 @@ func TestBackendValidator(t *testing.T) {
 		tenancyTwo  = tenancyPath + "KVCachePools shared-dram, spare-dram use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true"
 	)
 	tenancyOff := func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false) }
-	tests := []struct {
-		name    string
-		cluster []client.Object
-		// old is set for an update; new is derived from it by mutate.
-		old    *kvv1.KVCacheBackend
-		obj    *kvv1.KVCacheBackend
-		mutate func(b *kvv1.KVCacheBackend)
-		want   []string
-	}{
+	tests := []vtCase[*kvv1.KVCacheBackend]{
 		{
 			name:    "the walkthrough backend is admitted with the chart's image Setting",
 			cluster: []client.Object{vtImageSetting()},
@@ -266,22 +296,7 @@ func TestBackendValidator(t *testing.T) {
 			},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := &BackendValidator{Reader: vtReader(t, tt.cluster...)}
-			var warnings admission.Warnings
-			var err error
-			if tt.old == nil {
-				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
-			} else {
-				b := tt.old.DeepCopy()
-				tt.mutate(b)
-				warnings, err = v.ValidateUpdate(context.Background(), tt.old, b)
-			}
-			assert.Empty(t, warnings)
-			assert.Equal(t, tt.want, vtCauses(t, err))
-		})
-	}
+	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.KVCacheBackend] { return &BackendValidator{Reader: r} })
 
 	t.Run("delete is admitted", func(t *testing.T) {
 		v := &BackendValidator{Reader: vtReader(t, vtWalkthrough()...)}
@@ -300,15 +315,7 @@ func TestBackendValidator(t *testing.T) {
 
 func TestPoolValidator(t *testing.T) {
 	const noLedgerWarning = "KVCacheBackend mooncake-dram keeps no tenant ledger (leader.multiTenancy: false): Binding ceilings on this pool are not enforced and every write lands in the store's default tenant"
-	tests := []struct {
-		name    string
-		cluster []client.Object
-		old     *kvv1.KVCachePool
-		obj     *kvv1.KVCachePool
-		mutate  func(p *kvv1.KVCachePool)
-		want    []string
-		warn    admission.Warnings
-	}{
+	tests := []vtCase[*kvv1.KVCachePool]{
 		{
 			name:    "a pool over an existing backend is admitted without a warning",
 			cluster: []client.Object{vtBackend("mooncake-dram")},
@@ -378,34 +385,12 @@ func TestPoolValidator(t *testing.T) {
 			mutate: func(p *kvv1.KVCachePool) { p.Finalizers = nil },
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := &PoolValidator{Reader: vtReader(t, tt.cluster...)}
-			var warnings admission.Warnings
-			var err error
-			if tt.old == nil {
-				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
-			} else {
-				p := tt.old.DeepCopy()
-				tt.mutate(p)
-				warnings, err = v.ValidateUpdate(context.Background(), tt.old, p)
-			}
-			assert.Equal(t, tt.warn, warnings)
-			assert.Equal(t, tt.want, vtCauses(t, err))
-		})
-	}
+	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.KVCachePool] { return &PoolValidator{Reader: r} })
 }
 
 func TestBindingValidator(t *testing.T) {
 	const noLedgerDomain = "spec.domain.name: Forbidden: KVCacheBackend mooncake-dram keeps no tenant ledger (leader.multiTenancy: false), so every write lands in one default tenant and the backend carries one domain only: domain %q is registered there by KVCachePoolBinding %s; attach through that Binding, or use a backend with multiTenancy: true for a second domain"
-	tests := []struct {
-		name    string
-		cluster []client.Object
-		old     *kvv1.KVCachePoolBinding
-		obj     *kvv1.KVCachePoolBinding
-		mutate  func(b *kvv1.KVCachePoolBinding)
-		want    []string
-	}{
+	tests := []vtCase[*kvv1.KVCachePoolBinding]{
 		{
 			name:    "the walkthrough Binding is admitted",
 			cluster: vtWalkthrough()[:3],
@@ -528,22 +513,9 @@ func TestBindingValidator(t *testing.T) {
 			mutate: func(b *kvv1.KVCachePoolBinding) { b.Finalizers = nil },
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := &BindingValidator{Reader: vtReader(t, tt.cluster...)}
-			var warnings admission.Warnings
-			var err error
-			if tt.old == nil {
-				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
-			} else {
-				b := tt.old.DeepCopy()
-				tt.mutate(b)
-				warnings, err = v.ValidateUpdate(context.Background(), tt.old, b)
-			}
-			assert.Empty(t, warnings)
-			assert.Equal(t, tt.want, vtCauses(t, err))
-		})
-	}
+	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.KVCachePoolBinding] {
+		return &BindingValidator{Reader: r}
+	})
 
 	t.Run("Bindings that cannot be listed refuse the Binding with an internal error", func(t *testing.T) {
 		s, err := generator.NewScheme()
@@ -581,14 +553,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 		md.Spec.Roles = roles
 		return md
 	}
-	tests := []struct {
-		name    string
-		cluster []client.Object
-		old     *kvv1.ModelDeployment
-		obj     *kvv1.ModelDeployment
-		mutate  func(md *kvv1.ModelDeployment)
-		want    []string
-	}{
+	tests := []vtCase[*kvv1.ModelDeployment]{
 		{
 			name:    "the walkthrough deployment is admitted",
 			cluster: vtWalkthrough(),
@@ -747,22 +712,9 @@ func TestModelDeploymentValidator(t *testing.T) {
 			mutate: func(md *kvv1.ModelDeployment) { md.Finalizers = nil },
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			v := &ModelDeploymentValidator{Reader: vtReader(t, tt.cluster...)}
-			var warnings admission.Warnings
-			var err error
-			if tt.old == nil {
-				warnings, err = v.ValidateCreate(context.Background(), tt.obj)
-			} else {
-				md := tt.old.DeepCopy()
-				tt.mutate(md)
-				warnings, err = v.ValidateUpdate(context.Background(), tt.old, md)
-			}
-			assert.Empty(t, warnings)
-			assert.Equal(t, tt.want, vtCauses(t, err))
-		})
-	}
+	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.ModelDeployment] {
+		return &ModelDeploymentValidator{Reader: r}
+	})
 
 	t.Run("an InstanceType that cannot be read refuses the deployment with an internal error", func(t *testing.T) {
 		v := &ModelDeploymentValidator{Reader: vtFailingReader[*kvv1.InstanceType](t, vtWalkthrough()...)}
