@@ -81,6 +81,7 @@ type KVCachePoolBindingStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=kvcpb,categories=kvcache
+// +kubebuilder:selectablefield:JSONPath=`.spec.poolRef.name`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
 // +kubebuilder:printcolumn:name="Domain",type=string,JSONPath=`.spec.domain.name`
 // +kubebuilder:printcolumn:name="Effective",type=string,JSONPath=`.status.effectiveQuota`

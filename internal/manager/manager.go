@@ -266,6 +266,9 @@ func registerControllers(mgr ctrl.Manager, o Options) error {
 		}
 		return store.New("http://"+addr, store.WithTransport(transport))
 	}
+	if err := operator.IndexBindingsByPool(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorder("kvcache-operator")
 	if err := (&backend.Reconciler{
 		Client: mgr.GetClient(), Renderer: r, SystemNamespace: o.SystemNamespace,

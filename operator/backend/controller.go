@@ -313,11 +313,17 @@ func (r *Reconciler) storeInput(ctx context.Context, b *kvv1.KVCacheBackend) (ge
 	if err := r.Client.List(ctx, pools); err != nil {
 		return in, err
 	}
-	bindings := &kvv1.KVCachePoolBindingList{}
-	if err := r.Client.List(ctx, bindings); err != nil {
+	var onBackend []string
+	for _, p := range pools.Items {
+		if slices.Contains(p.Spec.Backends, b.Name) {
+			onBackend = append(onBackend, p.Name)
+		}
+	}
+	bindings, err := operator.BindingsOf(ctx, r.Client, onBackend...)
+	if err != nil {
 		return in, err
 	}
-	tenants, err := generator.TenantsFor(b.Name, pools.Items, bindings.Items)
+	tenants, err := generator.TenantsFor(b.Name, pools.Items, bindings)
 	if err != nil {
 		// A domain claimed twice is refused at admission; if it slips through (two Bindings
 		// created at once), seed neither rather than pick one.

@@ -72,15 +72,13 @@ func (r *Reconciler) byBinding(ctx context.Context, o client.Object) []reconcile
 // byPool maps a pool to the deployments attached through its Bindings: the pool's status
 // (endpoint, ledger) decides whether they can attach.
 func (r *Reconciler) byPool(ctx context.Context, o client.Object) []reconcile.Request {
-	bindings := &kvv1.KVCachePoolBindingList{}
-	if err := r.Client.List(ctx, bindings); err != nil {
+	bindings, err := operator.BindingsOf(ctx, r.Client, o.GetName())
+	if err != nil {
 		return nil
 	}
 	var out []reconcile.Request
-	for i := range bindings.Items {
-		if bindings.Items[i].Spec.PoolRef.Name == o.GetName() {
-			out = append(out, r.byBinding(ctx, &bindings.Items[i])...)
-		}
+	for i := range bindings {
+		out = append(out, r.byBinding(ctx, &bindings[i])...)
 	}
 	return out
 }

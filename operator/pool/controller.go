@@ -146,15 +146,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 // listBindings reads the pool's Bindings and keeps a copy of each for the status patch.
 func (r *Reconciler) listBindings(ctx context.Context, pool string, s *state) error {
-	all := &kvv1.KVCachePoolBindingList{}
-	if err := r.Client.List(ctx, all); err != nil {
+	all, err := operator.BindingsOf(ctx, r.Client, pool)
+	if err != nil {
 		return err
 	}
-	for i := range all.Items {
-		b := &all.Items[i]
-		if b.Spec.PoolRef.Name != pool {
-			continue
-		}
+	for i := range all {
+		b := &all[i]
 		s.bindings = append(s.bindings, b)
 		s.before[client.ObjectKeyFromObject(b)] = b.DeepCopy()
 	}
@@ -213,17 +210,16 @@ func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
 	if err := r.Client.List(ctx, pools); err != nil {
 		return err
 	}
-	onBackend := map[string]bool{}
+	var onBackend []string
 	for _, p := range pools.Items {
 		if slices.Contains(p.Spec.Backends, s.backend.Name) {
-			onBackend[p.Name] = true
+			onBackend = append(onBackend, p.Name)
 		}
 	}
-	all := &kvv1.KVCachePoolBindingList{}
-	if err := r.Client.List(ctx, all); err != nil {
+	items, err := operator.BindingsOf(ctx, r.Client, onBackend...)
+	if err != nil {
 		return err
 	}
-	items := all.Items
 	sort.Slice(items, func(i, j int) bool {
 		ti, tj := items[i].CreationTimestamp, items[j].CreationTimestamp
 		if !ti.Equal(&tj) {
@@ -234,9 +230,6 @@ func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
 	s.holders = map[string]types.NamespacedName{}
 	for i := range items {
 		b := &items[i]
-		if !onBackend[b.Spec.PoolRef.Name] {
-			continue
-		}
 		d := domain(b)
 		if _, held := s.holders[d]; !held {
 			s.holders[d] = client.ObjectKeyFromObject(b)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/operator"
 )
 
 var env *testenv.Env
@@ -205,4 +210,56 @@ func TestCRDsCarryNamesCategoryAndColumns(t *testing.T) {
 		_, hasStatus, _ := unstructured.NestedMap(versions[0].(map[string]any), "subresources", "status")
 		assert.True(t, hasStatus, "%s has a status subresource", c.plural)
 	}
+}
+
+// A pool's Bindings are selected by spec.poolRef.name the same way through the API server (the
+// CRD's selectable field, what `kubectl get kvcpb -A --field-selector` uses) and through the
+// manager's cache (its field index).
+func TestBindingsAreSelectedByPool(t *testing.T) {
+	ctx := context.Background()
+	for _, ns := range []string{"select-a", "select-b"} {
+		createNamespace(t, ns)
+	}
+	want := map[string][]string{"select-one": {"select-a/one", "select-b/one"}, "select-two": {"select-a/two"}}
+	for pool, keys := range want {
+		for _, k := range keys {
+			ns, name, _ := strings.Cut(k, "/")
+			b := walkthroughBinding(ns, name)
+			b.Spec.PoolRef.Name = pool
+			require.NoError(t, env.Client.Create(ctx, b))
+		}
+	}
+
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme()})
+	require.NoError(t, err)
+	require.NoError(t, operator.IndexBindingsByPool(ctx, c))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = c.Start(cctx) }()
+	require.True(t, c.WaitForCacheSync(cctx))
+
+	keysOf := func(bs []kvv1.KVCachePoolBinding) []string {
+		var out []string
+		for _, b := range bs {
+			out = append(out, b.Namespace+"/"+b.Name)
+		}
+		sort.Strings(out)
+		return out
+	}
+	for pool, keys := range want {
+		live, err := operator.BindingsOf(ctx, env.Client, pool)
+		require.NoError(t, err, "the API server selects Bindings by spec.poolRef.name")
+		assert.Equal(t, keys, keysOf(live), "from the API server, pool %s", pool)
+		_, err = operator.BindingsOf(ctx, c, pool)
+		require.NoError(t, err, "the cache indexes Bindings by spec.poolRef.name")
+		assert.Eventually(t, func() bool {
+			cached, err := operator.BindingsOf(ctx, c, pool)
+			return err == nil && assert.ObjectsAreEqual(keys, keysOf(cached))
+		}, 10*time.Second, 50*time.Millisecond, "from the cache, pool %s", pool)
+	}
+	both, err := operator.BindingsOf(ctx, env.Client, "select-two", "select-one")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"select-a/two", "select-a/one", "select-b/one"}, []string{
+		both[0].Namespace + "/" + both[0].Name, both[1].Namespace + "/" + both[1].Name, both[2].Namespace + "/" + both[2].Name,
+	}, "several pools are listed in the order given")
 }
