@@ -9,6 +9,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 )
 
 // auditPolicy records every request of the given users at Metadata level and nothing else.
@@ -23,27 +27,9 @@ rules:
 `
 }
 
-// auditEvent is one audited request (the fields this benchmark reads).
-type auditEvent struct {
-	AuditID    string `json:"auditID"`
-	Stage      string `json:"stage"`
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
-	User       struct {
-		Username string `json:"username"`
-	} `json:"user"`
-	ObjectRef struct {
-		Resource    string `json:"resource"`
-		Subresource string `json:"subresource"`
-		Namespace   string `json:"namespace"`
-		Name        string `json:"name"`
-		APIGroup    string `json:"apiGroup"`
-	} `json:"objectRef"`
-	ResponseStatus struct {
-		Code int `json:"code"`
-	} `json:"responseStatus"`
-	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-}
+// auditEvent is one audited request, with ObjectRef and ResponseStatus never nil (requests
+// to non-resource URLs have no object).
+type auditEvent struct{ auditv1.Event }
 
 // resource is "group/resource[/subresource]" ("/pods" for the core group).
 func (e auditEvent) resource() string {
@@ -77,7 +63,7 @@ func readAudit(path, user string) ([]auditEvent, error) {
 		return nil, err
 	}
 	defer f.Close()
-	byID := map[string]int{}
+	byID := map[types.UID]int{}
 	var out []auditEvent
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -88,6 +74,12 @@ func readAudit(path, user string) ([]auditEvent, error) {
 		}
 		if e.User.Username != user {
 			continue
+		}
+		if e.ObjectRef == nil {
+			e.ObjectRef = &auditv1.ObjectReference{}
+		}
+		if e.ResponseStatus == nil {
+			e.ResponseStatus = &metav1.Status{}
 		}
 		if i, ok := byID[e.AuditID]; ok {
 			out[i] = e
@@ -103,7 +95,7 @@ func readAudit(path, user string) ([]auditEvent, error) {
 func between(events []auditEvent, from, to time.Time) []auditEvent {
 	var out []auditEvent
 	for _, e := range events {
-		if !e.RequestReceived.Before(from) && e.RequestReceived.Before(to) {
+		if at := e.RequestReceivedTimestamp.Time; !at.Before(from) && at.Before(to) {
 			out = append(out, e)
 		}
 	}
