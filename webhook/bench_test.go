@@ -95,11 +95,7 @@ func mutatorWebhook(tb testing.TB) (*admission.Webhook, *generator.Renderer) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := generator.NewScheme()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &admission.Webhook{Handler: NewPodMutator(injection.New(r), walkthroughLookup(r), admission.NewDecoder(s))}, r
+	return &admission.Webhook{Handler: NewPodMutator(injection.New(r), walkthroughLookup(r))}, r
 }
 
 // BenchmarkAdmissionInject is the admission path of a typical vLLM Pod: decode the

@@ -150,9 +150,7 @@ func assertHandlerAgrees(t *testing.T, c injectCase, clusterFiles []string, cliO
 	r, err := generator.NewRenderer()
 	require.NoError(t, err)
 	lookup := injection.NewStaticLookup(cluster.backends, cluster.pools, cluster.bindings, cluster.settings, generator.DefaultSystemNamespace, r.Defaults())
-	s, err := generator.NewScheme()
-	require.NoError(t, err)
-	handler := webhook.NewPodMutator(injection.New(r), lookup, admission.NewDecoder(s))
+	handler := webhook.NewPodMutator(injection.New(r), lookup)
 
 	inDocs, err := readInputs([]string{c.path(".yaml")}, nil)
 	require.NoError(t, err)

@@ -195,7 +195,7 @@ func registerWebhooks(mgr ctrl.Manager) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	lookup := injection.ClientLookup{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()}
 	srv := mgr.GetWebhookServer()
-	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), lookup, decoder))})
+	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), lookup))})
 	srv.Register(PathPodFreeze, &admission.Webhook{Handler: m.Instrument("pod-freeze", webhook.NewPodFreeze(decoder))})
 
 	reader := injection.CachedThenLive{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()}
