@@ -47,7 +47,8 @@ type WebhookInput struct {
 	// CABundle is the base64-encoded CA of the serving certificate ("" to leave it to an
 	// injector such as cert-manager).
 	CABundle string
-	// Annotations for both configurations.
+	// Labels and Annotations for both configurations.
+	Labels      map[string]string
 	Annotations map[string]string
 }
 

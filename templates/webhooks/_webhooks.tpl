@@ -5,6 +5,7 @@ suites install (pointed at a local server). Context: a dict with
   Namespace  the manager's namespace (its Pods are never sent to the Pod webhooks)
   Service    the webhook Service's name in Namespace
   CABundle   the base64 CA bundle ("" when something else injects it, e.g. cert-manager)
+  Labels       labels for both configurations (map; may be empty)
   Annotations  extra annotations for both configurations (map; may be empty)
 */}}
 
@@ -38,6 +39,10 @@ apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
 metadata:
   name: {{ .Name }}
+  {{- with .Labels }}
+  labels:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- with .Annotations }}
   annotations:
     {{- toYaml . | nindent 4 }}
@@ -65,6 +70,10 @@ apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
 metadata:
   name: {{ .Name }}
+  {{- with .Labels }}
+  labels:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- with .Annotations }}
   annotations:
     {{- toYaml . | nindent 4 }}

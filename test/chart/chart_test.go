@@ -94,6 +94,7 @@ func TestChartCRDsEqualTheGeneratedOnes(t *testing.T) {
 		}
 		var crd apiextensionsv1.CustomResourceDefinition
 		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &crd))
+		crd.Labels = nil // the release's labels, which TestChartLabelsEveryObject checks
 		rendered[crd.Name] = crd
 	}
 	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "crd", "*.yaml"))
@@ -109,4 +110,34 @@ func TestChartCRDsEqualTheGeneratedOnes(t *testing.T) {
 	}
 	kept := template(t)
 	assert.Equal(t, len(files), strings.Count(kept, "helm.sh/resource-policy: keep"), "crds.keep (the default) keeps every CRD")
+}
+
+// Every object the chart installs carries the release's labels, so `kubectl get
+// <kind> -l app.kubernetes.io/instance=<release>` finds all of it, CRDs and webhook
+// configurations included.
+func TestChartLabelsEveryObject(t *testing.T) {
+	for _, c := range golden.Cases(t, golden.Dir("chart"), ".values.yaml", ".yaml") {
+		t.Run(c.Name, func(t *testing.T) {
+			kinds := map[string]bool{}
+			for _, doc := range strings.Split(template(t, "-f", c.Input, "--set", "crds.install=true"), "\n---\n") {
+				var obj struct {
+					Kind     string `json:"kind"`
+					Metadata struct {
+						Name   string            `json:"name"`
+						Labels map[string]string `json:"labels"`
+					} `json:"metadata"`
+				}
+				require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
+				if obj.Kind == "" {
+					continue // a document of comments only
+				}
+				kinds[obj.Kind] = true
+				assert.Equal(t, release, obj.Metadata.Labels["app.kubernetes.io/instance"], "%s %s", obj.Kind, obj.Metadata.Name)
+				assert.Equal(t, "Helm", obj.Metadata.Labels["app.kubernetes.io/managed-by"], "%s %s", obj.Kind, obj.Metadata.Name)
+			}
+			for _, k := range []string{"CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Deployment", "Setting"} {
+				assert.True(t, kinds[k], "the chart rendered a %s", k)
+			}
+		})
+	}
 }
