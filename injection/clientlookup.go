@@ -80,11 +80,8 @@ func (l ClientLookup) Backend(ctx context.Context, name string) (*kvv1.KVCacheBa
 func (l ClientLookup) DtypeOwned(ctx context.Context) (bool, error) {
 	s := &kvv1.Setting{}
 	err := l.Cached.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheDtypeOwned}, s)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return false, err
 	}
-	return s.Spec.Value != "false", nil
+	return kvv1.DtypeOwned(s.Spec.Value), nil
 }

@@ -47,7 +47,7 @@ func NewStaticLookup(backends []kvv1.KVCacheBackend, pools []kvv1.KVCachePool, b
 	}
 	for _, s := range settings {
 		if s.Name == kvv1.SettingKVCacheDtypeOwned {
-			l.dtypeOwned = s.Spec.Value != "false"
+			l.dtypeOwned = kvv1.DtypeOwned(s.Spec.Value)
 		}
 	}
 	return l

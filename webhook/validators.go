@@ -459,25 +459,28 @@ func (v *ModelDeploymentValidator) roleEngines(ctx context.Context, md *kvv1.Mod
 	default:
 		return nil, nil
 	}
-	ascend := map[string]bool{}
+	types := map[string]*kvv1.InstanceType{}
 	out := make([]roleEngine, len(md.Spec.Roles))
 	for i, r := range md.Spec.Roles {
 		out[i] = roleEngine{engine: base}
 		if base.Name != engines.VLLM.Name || r.InstanceType == "" {
 			continue
 		}
-		isAscend, seen := ascend[r.InstanceType]
+		it, seen := types[r.InstanceType]
 		if !seen {
-			it := &kvv1.InstanceType{}
+			it = &kvv1.InstanceType{}
 			found, err := readObject(ctx, v.Reader, client.ObjectKey{Name: r.InstanceType}, it)
 			if err != nil {
 				return nil, readFailure("InstanceType "+r.InstanceType, err)
 			}
-			isAscend = found && it.Spec.Accelerator != nil && it.Spec.Accelerator.Manufacturer == kvv1.ManufacturerAscend
-			ascend[r.InstanceType] = isAscend
+			if !found {
+				it = nil
+			}
+			types[r.InstanceType] = it
 		}
-		if isAscend {
-			out[i] = roleEngine{engine: engines.VLLMAscend, instanceType: r.InstanceType}
+		// The engine the render will run: one rule, generator.EngineFor.
+		if e := generator.EngineFor(md, it); e.ID == engines.VLLMAscend.ID {
+			out[i] = roleEngine{engine: e, instanceType: r.InstanceType}
 		}
 	}
 	return out, nil
@@ -575,7 +578,7 @@ func (v *ModelDeploymentValidator) ownedKeys(ctx context.Context, md *kvv1.Model
 	if err != nil {
 		return nil, err
 	}
-	dtypeOwned := value != "false"
+	dtypeOwned := kvv1.DtypeOwned(value)
 	var errs field.ErrorList
 	rp := field.NewPath("spec", "roles")
 	for i, r := range md.Spec.Roles {

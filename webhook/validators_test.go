@@ -618,6 +618,14 @@ func TestModelDeploymentValidator(t *testing.T) {
 			want:    []string{ascend},
 		},
 		{
+			// The render runs vLLM-Ascend on such a type too (generator.EngineFor), so admission
+			// must judge it as vLLM-Ascend.
+			name:    "the manufacturer is matched without case: Ascend is ascend",
+			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", "Ascend")),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			want:    []string{ascend},
+		},
+		{
 			name:    "vLLM on an ascend InstanceType with a CANN pool is admitted",
 			cluster: append(cluster(kvv1.ProtocolCANN), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
 			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),

@@ -19,6 +19,10 @@ const (
 	DefaultKVCacheDtypeOwned = "true"
 )
 
+// DtypeOwned reads a value of SettingKVCacheDtypeOwned: owned unless "false"; "" (no such
+// Setting) is the default, owned.
+func DtypeOwned(value string) bool { return value != "false" }
+
 // SettingCatalog lists every Setting name with its default value.
 func SettingCatalog() map[string]string {
 	return map[string]string{

@@ -155,14 +155,18 @@ func (r *Reconciler) resolveCache(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
-	// The controller reads through the cache: it runs again whenever a Binding changes.
-	lookup := injection.ClientLookup{Cached: r.Client, Live: r.Client}
-	att, rf := injection.Resolve(ctx, lookup, md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it))
+	att, rf := injection.Resolve(ctx, r.lookup(), md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it))
 	if rf != nil && rf.Reason == injection.ReasonLookupFailed {
 		return errors.New(rf.Message)
 	}
 	s.attachment, s.refusal = &att, rf
 	return nil
+}
+
+// lookup resolves attachments and Settings as injection does, through the cache: the controller
+// runs again whenever a Binding changes.
+func (r *Reconciler) lookup() injection.ClientLookup {
+	return injection.ClientLookup{Cached: r.Client, Live: r.Client}
 }
 
 func (r *Reconciler) instanceType(ctx context.Context, name string) (*kvv1.InstanceType, error) {
@@ -200,7 +204,7 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 	}
 	in := generator.ModelDeploymentInput{Deployment: md, InstanceTypes: types}
 	if s.attachment != nil {
-		owned, err := dtypeOwned(ctx, r.Client)
+		owned, err := r.lookup().DtypeOwned(ctx)
 		if err != nil {
 			return err
 		}
@@ -218,15 +222,6 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		}
 	}
 	return r.prune(ctx, s)
-}
-
-func dtypeOwned(ctx context.Context, c client.Reader) (bool, error) {
-	st := &kvv1.Setting{}
-	err := c.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheDtypeOwned}, st)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
-	return st.Spec.Value != "false", err
 }
 
 // prune deletes the Deployments and Services of roles the spec no longer has.
