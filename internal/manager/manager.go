@@ -112,13 +112,19 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
+	// One renderer for the process: the templates are parsed once, and the webhooks and the
+	// controllers render with the same parse.
+	r, err := generator.NewRenderer()
+	if err != nil {
+		return nil, err
+	}
 	if !o.DisableWebhooks {
-		if err := setupWebhooks(mgr, o); err != nil {
+		if err := setupWebhooks(mgr, o, r); err != nil {
 			return nil, err
 		}
 	}
 	if !o.DisableControllers {
-		if err := registerControllers(mgr, o); err != nil {
+		if err := registerControllers(mgr, o, r); err != nil {
 			return nil, err
 		}
 	}
@@ -131,7 +137,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 // setupWebhooks registers the webhooks, after the self-signed certificate exists when the
 // manager makes its own, and a readiness check that passes only once the server serves: a
 // replica that cannot answer admission must not receive it.
-func setupWebhooks(mgr ctrl.Manager, o Options) error {
+func setupWebhooks(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 	var certsReady chan struct{}
 	if o.SelfSignedCerts {
 		certsReady = make(chan struct{})
@@ -155,7 +161,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options) error {
 	}
 	var served atomic.Bool
 	register := func() error {
-		if err := registerWebhooks(mgr); err != nil {
+		if err := registerWebhooks(mgr, r); err != nil {
 			return err
 		}
 		served.Store(true)
@@ -183,11 +189,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options) error {
 	})
 }
 
-func registerWebhooks(mgr ctrl.Manager) error {
-	r, err := generator.NewRenderer()
-	if err != nil {
-		return err
-	}
+func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer) error {
 	m, err := webhook.NewMetrics(metrics.Registry)
 	if err != nil {
 		return err
@@ -242,11 +244,7 @@ func cacheOptions(systemNamespace string) cache.Options {
 		}}
 }
 
-func registerControllers(mgr ctrl.Manager, o Options) error {
-	r, err := generator.NewRenderer()
-	if err != nil {
-		return err
-	}
+func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 	m, err := operator.NewMetrics(metrics.Registry)
 	if err != nil {
 		return err
