@@ -42,11 +42,12 @@ test: tools
 	go test $(GO_TEST_FLAGS) ./...
 
 ## snapshots: refresh golden files (review every diff before committing)
-# (only the packages whose tests use internal/golden know the -update flag)
+# (only the packages whose tests use internal/golden know the -update flag; -p 1 because one
+# package rewrites goldens another reads)
 snapshots: tools
 	export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)" KVCACHE_HELM="$$($(TOOLS) path helm)"; \
 	go test $$(go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | \
-		awk '/ github.com\/kvcache-operator\/kvcache\/internal\/golden( |$$)/ {print $$1}') -run 'Snapshot|Golden' -update
+		awk '/ github.com\/kvcache-operator\/kvcache\/internal\/golden( |$$)/ {print $$1}') -p 1 -run 'Snapshot|Golden' -update
 
 ## lint: gofmt, go vet and golangci-lint with the repo config
 lint:
