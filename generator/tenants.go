@@ -1,37 +1,50 @@
 package generator
 
 import (
-	"fmt"
+	"sort"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 )
 
-// TenantsFor lists the ledger entries a backend's master should hold: one per Binding whose
-// pool divides that backend, named by the Binding's domain and requesting its ceiling. Two
-// Bindings registering the same domain on one master are an error naming both.
-func TenantsFor(backend string, pools []kvv1.KVCachePool, bindings []kvv1.KVCachePoolBinding) ([]Tenant, error) {
+// DomainHolders decides which Binding holds each domain on a backend's master, keyed by
+// domain: the oldest claim, then namespace/name. Admission refuses a second claim on a domain;
+// two created in the same instant can slip through, and the later one is then left out of the
+// ledger (its pool reports it) and of the seed. Bindings of pools on other backends are ignored.
+func DomainHolders(backend string, pools []kvv1.KVCachePool, bindings []kvv1.KVCachePoolBinding) map[string]*kvv1.KVCachePoolBinding {
 	onBackend := map[string]bool{}
 	for _, p := range pools {
 		if len(p.Spec.Backends) == 1 && p.Spec.Backends[0] == backend {
 			onBackend[p.Name] = true
 		}
 	}
-	holder := map[string]string{}
+	var claims []*kvv1.KVCachePoolBinding
+	for i := range bindings {
+		if onBackend[bindings[i].Spec.PoolRef.Name] {
+			claims = append(claims, &bindings[i])
+		}
+	}
+	sort.Slice(claims, func(i, j int) bool {
+		ti, tj := claims[i].CreationTimestamp, claims[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return claims[i].Namespace+"/"+claims[i].Name < claims[j].Namespace+"/"+claims[j].Name
+	})
+	holders := map[string]*kvv1.KVCachePoolBinding{}
+	for _, b := range claims {
+		if _, held := holders[b.DomainName()]; !held {
+			holders[b.DomainName()] = b
+		}
+	}
+	return holders
+}
+
+// TenantsFor lists the ledger entries a backend's master should hold: one per domain, requesting
+// its holder's ceiling (DomainHolders).
+func TenantsFor(backend string, pools []kvv1.KVCachePool, bindings []kvv1.KVCachePoolBinding) []Tenant {
 	var out []Tenant
-	for _, b := range bindings {
-		if !onBackend[b.Spec.PoolRef.Name] {
-			continue
-		}
-		name := b.Spec.Domain.Name
-		if name == "" {
-			name = kvv1.DefaultDomainName
-		}
-		who := b.Namespace + "/" + b.Name
-		if h, ok := holder[name]; ok {
-			return nil, fmt.Errorf("KVCachePoolBinding %s: domain %q is already registered on the master of KVCacheBackend %s by KVCachePoolBinding %s; name a different spec.domain.name", who, name, backend, h)
-		}
-		holder[name] = who
+	for name, b := range DomainHolders(backend, pools, bindings) {
 		out = append(out, Tenant{Name: name, QuotaBytes: b.Spec.Quota.Ceiling.Value()})
 	}
-	return sortedTenants(out), nil
+	return sortedTenants(out)
 }

@@ -307,10 +307,7 @@ func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.E
 		return r, refuse(ReasonBindingDeleting, "KVCachePoolBinding %s/%s is being deleted, so new Pods may not attach to it; name another Binding", ns, binding)
 	}
 	r.Binding = b
-	r.Domain = b.Spec.Domain.Name
-	if r.Domain == "" {
-		r.Domain = kvv1.DefaultDomainName
-	}
+	r.Domain = b.DomainName()
 	poolName := b.Spec.PoolRef.Name
 	p, err := lookup.Pool(ctx, poolName)
 	if apierrors.IsNotFound(err) {

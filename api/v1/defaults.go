@@ -56,6 +56,15 @@ func (b *KVCachePoolBinding) Default() {
 	}
 }
 
+// DomainName is the domain the Binding registers, with the schema default applied (an object
+// read before the API server defaulted it, e.g. from a file, may leave it out).
+func (b *KVCachePoolBinding) DomainName() string {
+	if b.Spec.Domain.Name == "" {
+		return DefaultDomainName
+	}
+	return b.Spec.Domain.Name
+}
+
 // Default fills schema defaults of a ModelDeployment.
 func (d *ModelDeployment) Default() {
 	for i := range d.Spec.Roles {

@@ -86,15 +86,11 @@ func renderAll(r *generator.Renderer, in *apiInput, ns string) ([]generator.Obje
 	sort.Slice(backends, func(i, j int) bool { return backends[i].Name < backends[j].Name })
 	for i := range backends {
 		b := &backends[i]
-		tenants, err := generator.TenantsFor(b.Name, in.pools, in.bindings)
-		if err != nil {
-			return nil, err
-		}
 		objs, err := r.RenderStore(generator.StoreInput{
 			Backend:             b,
 			SystemNamespace:     ns,
 			BackendImageSetting: settings["kv-cache-backend-image"],
-			Tenants:             tenants,
+			Tenants:             generator.TenantsFor(b.Name, in.pools, in.bindings),
 		})
 		if err != nil {
 			return nil, err

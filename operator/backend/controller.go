@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -323,14 +322,7 @@ func (r *Reconciler) storeInput(ctx context.Context, b *kvv1.KVCacheBackend) (ge
 	if err != nil {
 		return in, err
 	}
-	tenants, err := generator.TenantsFor(b.Name, pools.Items, bindings)
-	if err != nil {
-		// A domain claimed twice is refused at admission; if it slips through (two Bindings
-		// created at once), seed neither rather than pick one.
-		log.FromContext(ctx).Info("ledger seed skipped", "reason", err.Error())
-		tenants = nil
-	}
-	in.Tenants = tenants
+	in.Tenants = generator.TenantsFor(b.Name, pools.Items, bindings)
 	return in, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 )
@@ -202,9 +203,8 @@ func (r *Reconciler) resolveBackend(ctx context.Context, s *state) error {
 	return r.domainHolders(ctx, s)
 }
 
-// domainHolders decides, for every domain on the backend, which Binding holds it: the oldest
-// (then by name). Admission refuses a second claim; two created in the same instant can slip
-// through, and the later one is then reported and left out of the ledger.
+// domainHolders decides, for every domain on the backend, which Binding holds it
+// (generator.DomainHolders, the rule the ledger seed follows too).
 func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
 	pools := &kvv1.KVCachePoolList{}
 	if err := r.Client.List(ctx, pools); err != nil {
@@ -220,33 +220,15 @@ func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
-	sort.Slice(items, func(i, j int) bool {
-		ti, tj := items[i].CreationTimestamp, items[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return ti.Before(&tj)
-		}
-		return key(&items[i]) < key(&items[j])
-	})
 	s.holders = map[string]types.NamespacedName{}
-	for i := range items {
-		b := &items[i]
-		d := domain(b)
-		if _, held := s.holders[d]; !held {
-			s.holders[d] = client.ObjectKeyFromObject(b)
-		}
+	for d, b := range generator.DomainHolders(s.backend.Name, pools.Items, items) {
+		s.holders[d] = client.ObjectKeyFromObject(b)
 	}
 	return nil
 }
 
-func domain(b *kvv1.KVCachePoolBinding) string {
-	if b.Spec.Domain.Name == "" {
-		return kvv1.DefaultDomainName
-	}
-	return b.Spec.Domain.Name
-}
-
 func (s *state) holds(b *kvv1.KVCachePoolBinding) bool {
-	return s.holders[domain(b)] == client.ObjectKeyFromObject(b)
+	return s.holders[b.DomainName()] == client.ObjectKeyFromObject(b)
 }
 
 // ensureFinalizers puts the ledger finalizer on every live Binding before the ledger is
@@ -307,13 +289,13 @@ func (r *Reconciler) convergeLedger(ctx context.Context, s *state) error {
 			continue
 		}
 		want := b.Spec.Quota.Ceiling.Value()
-		if t, ok := s.ledger[domain(b)]; ok && t.RequestedQuotaBytes == want {
+		if t, ok := s.ledger[b.DomainName()]; ok && t.RequestedQuotaBytes == want {
 			continue
 		}
-		t, err := s.admin.PutTenant(ctx, domain(b), want)
+		t, err := s.admin.PutTenant(ctx, b.DomainName(), want)
 		r.Metrics.LedgerWrite(s.backend.Name, "put", err)
 		if err != nil {
-			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "LedgerWriteFailed", "Register", "registering tenant %s on KVCacheBackend %s failed: %v", domain(b), s.backend.Name, err)
+			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "LedgerWriteFailed", "Register", "registering tenant %s on KVCacheBackend %s failed: %v", b.DomainName(), s.backend.Name, err)
 			s.ledgerErr = err
 			continue
 		}
@@ -330,20 +312,20 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 			continue
 		}
 		if s.ledger != nil && s.holds(b) {
-			err := s.admin.DeleteTenant(ctx, domain(b))
+			err := s.admin.DeleteTenant(ctx, b.DomainName())
 			if !store.HasCode(err, store.CodeObjectNotFound) {
 				r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
 			}
 			switch {
 			case store.HasCode(err, store.CodeTenantNotEmpty):
 				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "TenantNotEmpty",
-					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", domain(b), s.backend.Name, r.PollInterval))
+					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", b.DomainName(), s.backend.Name, r.PollInterval))
 				continue
 			case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
 				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerWriteFailed", operator.Describe(err))
 				continue
 			}
-			delete(s.ledger, domain(b))
+			delete(s.ledger, b.DomainName())
 		} else if s.ledger == nil && !s.noLedger && s.backend != nil {
 			// The ledger cannot be read: wait rather than leave an entry behind.
 			set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerUnreachable",

@@ -31,9 +31,9 @@ func (r *Reconciler) setStatuses(ctx context.Context, s *state) {
 	p.Status.Domains, p.Status.UsedBy = nil, nil
 	var usage int64
 	for _, b := range live {
-		p.Status.Domains = append(p.Status.Domains, domain(b))
+		p.Status.Domains = append(p.Status.Domains, b.DomainName())
 		p.Status.UsedBy = append(p.Status.UsedBy, kvv1.ObjectReference{Kind: "KVCachePoolBinding", Namespace: b.Namespace, Name: b.Name})
-		if t, ok := s.ledger[domain(b)]; ok && s.holds(b) {
+		if t, ok := s.ledger[b.DomainName()]; ok && s.holds(b) {
 			usage += t.ChargedBytes
 		}
 	}
@@ -126,14 +126,14 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 	}
 	meta.RemoveStatusCondition(c, kvv1.ConditionReleasable)
 	if s.holds(b) {
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Registered", fmt.Sprintf("domain %s is this Binding's on its store master", domain(b)))
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Registered", fmt.Sprintf("domain %s is this Binding's on its store master", b.DomainName()))
 	} else {
-		h := s.holders[domain(b)]
+		h := s.holders[b.DomainName()]
 		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionFalse, "DomainConflict",
-			fmt.Sprintf("domain %s is already registered on the store master by KVCachePoolBinding %s/%s; this Binding is left out of the ledger: delete it or use another domain", domain(b), h.Namespace, h.Name))
+			fmt.Sprintf("domain %s is already registered on the store master by KVCachePoolBinding %s/%s; this Binding is left out of the ledger: delete it or use another domain", b.DomainName(), h.Namespace, h.Name))
 	}
 	st.EffectiveQuota, st.Usage = nil, nil
-	t, ok := s.ledger[domain(b)]
+	t, ok := s.ledger[b.DomainName()]
 	switch {
 	case s.backend == nil:
 		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist")
@@ -146,12 +146,12 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 	case !s.holds(b):
 		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", "the domain is held by another Binding")
 	case !ok:
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", fmt.Sprintf("the master's ledger has no entry for tenant %s yet", domain(b)))
+		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", fmt.Sprintf("the master's ledger has no entry for tenant %s yet", b.DomainName()))
 	default:
 		st.EffectiveQuota, st.Usage = quantity(t.EffectiveQuotaBytes), quantity(t.ChargedBytes)
 		if t.EffectiveQuotaBytes == 0 {
 			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "ZeroGranted",
-				fmt.Sprintf("the store grants tenant %s nothing (requested %s): no member segment is mounted, or the ceilings oversubscribe the store", domain(b), quantity(t.RequestedQuotaBytes).String()))
+				fmt.Sprintf("the store grants tenant %s nothing (requested %s): no member segment is mounted, or the ceilings oversubscribe the store", b.DomainName(), quantity(t.RequestedQuotaBytes).String()))
 		} else {
 			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, "Granted",
 				fmt.Sprintf("the store grants %s of the requested %s", st.EffectiveQuota.String(), quantity(t.RequestedQuotaBytes).String()))

@@ -91,7 +91,7 @@ func ValidateBindingUpdate(old, new *kvv1.KVCachePoolBinding) field.ErrorList {
 	}
 	dp := spec.Child("domain")
 	const fix = "create a new KVCachePoolBinding for another domain"
-	if was, now := domainName(old), domainName(new); was != now {
+	if was, now := old.DomainName(), new.DomainName(); was != now {
 		errs = append(errs, field.Forbidden(dp.Child("name"), fmt.Sprintf("is immutable (it is %s): it is the store tenant this Binding's workloads write under; %s", was, fix)))
 	}
 	if old.Spec.Domain.BlockSize != new.Spec.Domain.BlockSize {
@@ -101,14 +101,6 @@ func ValidateBindingUpdate(old, new *kvv1.KVCachePoolBinding) field.ErrorList {
 		errs = append(errs, field.Forbidden(dp.Child("dtype"), fmt.Sprintf("is immutable (it is %s): workloads sharing the domain read each other's blocks, so they must write the same dtype; %s", old.Spec.Domain.Dtype, fix)))
 	}
 	return errs
-}
-
-// domainName is a Binding's domain name with the schema default applied.
-func domainName(b *kvv1.KVCachePoolBinding) string {
-	if b.Spec.Domain.Name == "" {
-		return kvv1.DefaultDomainName
-	}
-	return b.Spec.Domain.Name
 }
 
 // ValidatePoolUpdate checks what an update may change on a KVCachePool: not its backend.
