@@ -182,6 +182,15 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator-webhook-tls"}, secret))
 	assert.Contains(t, secret.Data, "tls.crt")
 
+	// Before the Setting catalog exists, a backend naming no image is refused for that reason:
+	// the webhook looks for the Setting live (absent from its cache) with the chart's grants.
+	noImage := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "no-image"}, Spec: kvv1.KVCacheBackendSpec{
+		Connection: kvv1.Connection{Managed: &kvv1.ManagedConnection{Members: []kvv1.MemberGroup{{
+			NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("1Gi")}}}}}}
+	err = env.Client.Create(ctx, noImage)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.image: Required value: no store image for the leader: set spec.image, or create the Setting kv-cache-backend-image")
+
 	hookFile := filepath.Join(dir, "hooks.yaml")
 	require.NoError(t, os.WriteFile(hookFile, []byte(strings.Join(hooks, "\n---\n")), 0o600))
 	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", hookFile)
@@ -364,13 +373,21 @@ func exercise(t *testing.T, env *testenv.Env) {
 		pod.Annotations[injection.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
 }
 
+// cacheMiss is why the webhooks may read an object of this API live: when the cache has not seen
+// it yet (created a moment before the object that names it) or it does not exist. The audit log
+// shows such a read only when that race happens during the run.
+const cacheMiss = "read live when the cache has not seen the object (injection.CachedThenLive)"
+
 // unusedButNeeded are grants no request shows, and why they are still needed. Beside these,
 // "list" is granted wherever "watch" is used: informers stream their initial list over a watch
 // where the API server supports it (WatchList) and fall back to LIST where it does not.
 var unusedButNeeded = map[string]string{
-	"/pods patch":                "the store's leader Role grants pods patch; RBAC lets the operator grant only what it holds",
-	"/events patch":              "leader election's recorder patches an event it repeats instead of creating another",
-	"events.k8s.io/events patch": "the event recorder patches a repeated event's series instead of creating another",
+	"worker.gpustack.ai/kvcachebackends get":                cacheMiss,
+	"worker.gpustack.ai/kvcachepools get":                   cacheMiss,
+	"worker.gpustack.ai/instancetypes get":                  cacheMiss,
+	"/pods patch":                                           "the store's leader Role grants pods patch; RBAC lets the operator grant only what it holds",
+	"/events patch":                                         "leader election's recorder patches an event it repeats instead of creating another",
+	"events.k8s.io/events patch":                            "the event recorder patches a repeated event's series instead of creating another",
 	"worker.gpustack.ai/modeldeployments/finalizers update": "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
 	"worker.gpustack.ai/kvcachebackends/finalizers update":  "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
 }
