@@ -39,6 +39,10 @@ type Engine struct {
 	Vehicle Vehicle
 	// Connector is the vLLM family's kv_connector ("" for SGLang).
 	Connector string
+	// ClientMode is the client-config "mode" that makes the engine a pure client of an external
+	// store ("" when the reader has no mode). vLLM's reader defaults to embedded, where the engine
+	// must contribute a segment and a zero global_segment_size is refused at connector start.
+	ClientMode string
 	// Parser is how the engine's argument parser reads long flags.
 	Parser Parser
 	// Program is how the engine is launched.
@@ -52,12 +56,15 @@ type Engine struct {
 	SourceFlags []string
 	// SourceEnv are variables that select the mechanism or the configuration source.
 	SourceEnv []string
+	// InjectedEnv are the variables the engine's fragment writes over the container's own.
+	InjectedEnv []string
 	// RefusedFlags are refused for another reason (RefusedFlagReasons says why).
 	RefusedFlags []string
 	// Transports the engine's client accepts, in store spelling; nil means any single one.
 	Transports []string
 	// StagingBuffer is the host memory the client stages transfers in, in bytes; it is charged
-	// to the container and appears in no resources field.
+	// to the container and appears in no resources field. The vLLM family is given it as
+	// local_buffer_size (its readers' own defaults are GiB); SGLang's is its fixed default.
 	StagingBuffer int64
 	// HierarchicalCacheFlag, when set, is appended last unless the container names it: SGLang's
 	// store hangs off its host-memory tier.
@@ -77,6 +84,18 @@ const (
 	TenantEnv = "MOONCAKE_TENANT_ID"
 )
 
+// The Mooncake client's variables, as SGLang's reader and the store's own member
+// (mc_store_rest_server) read them.
+const (
+	MasterEnv            = "MOONCAKE_MASTER"
+	MetadataServerEnv    = "MOONCAKE_TE_META_DATA_SERVER"
+	ProtocolEnv          = "MOONCAKE_PROTOCOL"
+	DeviceEnv            = "MOONCAKE_DEVICE"
+	GlobalSegmentSizeEnv = "MOONCAKE_GLOBAL_SEGMENT_SIZE"
+	LocalBufferSizeEnv   = "MOONCAKE_LOCAL_BUFFER_SIZE"
+	LocalHostnameEnv     = "MOONCAKE_LOCAL_HOSTNAME"
+)
+
 // vLLM-family and SGLang flag names.
 const (
 	kvTransferConfig       = "--kv-transfer-config"
@@ -87,7 +106,12 @@ const (
 	sglangConfigPathEnv    = "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"
 )
 
-// Staging buffers: what the vLLM family is given explicitly, and SGLang's own default.
+// ClientModeStandalone is the vLLM reader's mode for an engine that reads and writes an
+// external store and contributes no memory to it.
+const ClientModeStandalone = "standalone-store"
+
+// Staging buffers: what the vLLM family is given explicitly (the value the store's own
+// reference uses), and SGLang's fixed 16 MiB, which it reads from no configuration.
 const (
 	VLLMStagingBuffer   = 128 << 20
 	SGLangStagingBuffer = 16 << 20
@@ -102,30 +126,36 @@ var (
 var (
 	VLLM = Engine{
 		Name: "vLLM", ID: "vllm", Vehicle: VehicleFile, Connector: "MooncakeStoreConnector",
+		ClientMode:    ClientModeStandalone,
 		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
 		Program:       vllmProgram,
 		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
 		SourceEnv:     []string{ConfigPathEnv},
+		InjectedEnv:   []string{ConfigPathEnv},
 		RefusedFlags:  []string{kvOffloadingSize},
 		StagingBuffer: VLLMStagingBuffer,
 	}
 	VLLMAscend = Engine{
 		Name: "vLLM-Ascend", ID: "vllm-ascend", Vehicle: VehicleFile, Connector: "AscendStoreConnector",
+		ClientMode:    ClientModeStandalone,
 		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
 		Program:       Program{Executable: "vllm", Engine: "vLLM-Ascend"},
 		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
 		SourceEnv:     []string{ConfigPathEnv},
+		InjectedEnv:   []string{ConfigPathEnv},
 		RefusedFlags:  []string{kvOffloadingSize},
 		Transports:    []string{"ascend"},
 		StagingBuffer: VLLMStagingBuffer,
 	}
 	SGLang = Engine{
 		Name: "SGLang", ID: "sglang", Vehicle: VehicleEnvironment,
-		Parser:                Parser{Known: SGLangKnownFlags},
-		Program:               sglangProgram,
-		OwnedFlags:            []string{hicacheStorageBackend, DtypeFlag},
-		SourceFlags:           []string{hicacheExtraConfig},
-		SourceEnv:             []string{sglangConfigPathEnv},
+		Parser:      Parser{Known: SGLangKnownFlags},
+		Program:     sglangProgram,
+		OwnedFlags:  []string{hicacheStorageBackend, DtypeFlag},
+		SourceFlags: []string{hicacheExtraConfig},
+		SourceEnv:   []string{sglangConfigPathEnv},
+		InjectedEnv: []string{TenantEnv, MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv,
+			GlobalSegmentSizeEnv, LocalHostnameEnv},
 		StagingBuffer:         SGLangStagingBuffer,
 		HierarchicalCacheFlag: enableHierarchicalFlag,
 	}
@@ -294,4 +324,41 @@ func (e Engine) DisaggregationArgs(role Role) []string {
 		return []string{disaggregationMode, "prefill"}
 	}
 	return []string{disaggregationMode, "decode"}
+}
+
+// EnvFinding is something a launch line does to the environment that injection refuses.
+type EnvFinding struct {
+	Class   string
+	Message string
+}
+
+// CheckLaunchEnv judges what env launchers in the launch line do to the environment. They act
+// at process level, after the container's env is applied, so an assignment is judged like a
+// declaration in env, and an injected variable assigned or unset there cannot be written in
+// place: the value injection writes would never reach the engine.
+func (e Engine) CheckLaunchEnv(l Launch) []EnvFinding {
+	var out []EnvFinding
+	if l.ClearsEnv != "" {
+		out = append(out, EnvFinding{Class: ClassOwnedKey, Message: fmt.Sprintf(
+			"the container's launch line runs \"env %s\", which starts %s with an empty environment and drops every variable injection writes (%s); remove %s",
+			l.ClearsEnv, e.Name, strings.Join(e.InjectedEnv, ", "), l.ClearsEnv)})
+	}
+	for _, c := range l.Env {
+		switch {
+		case c.Unset && slices.Contains(e.InjectedEnv, c.Name):
+			out = append(out, EnvFinding{Class: ClassOwnedKey, Message: fmt.Sprintf(
+				"the container's launch line unsets %s (%q through env), so the value injection writes would never reach %s; remove it",
+				c.Name, c.Token, e.Name)})
+		case c.Unset:
+		case slices.Contains(e.SourceEnv, c.Name):
+			out = append(out, EnvFinding{Class: ClassConfigSource, Message: fmt.Sprintf(
+				"the container's launch line assigns %s (%q through env), which selects where %s reads its store configuration from and would leave every injected value unread; remove it and let the Binding configure the store",
+				c.Name, c.Token, e.Name)})
+		case slices.Contains(e.InjectedEnv, c.Name):
+			out = append(out, EnvFinding{Class: ClassOwnedKey, Message: fmt.Sprintf(
+				"the container's launch line assigns %s (%q through env), which overrides the value injection writes at process level, where it cannot be written in place; remove the assignment and let the Binding set it",
+				c.Name, c.Token)})
+		}
+	}
+	return out
 }

@@ -21,6 +21,20 @@ type Program struct {
 type Launch struct {
 	Program   string // base name of the program after launchers are seen through: "vllm", "python3", "start.sh"; "" only for an admitted args-without-command launch
 	Forwarded bool   // true only when the launch-args-forwarded declaration admitted a launch that would otherwise be refused
+	// Env is what env launchers on the way do to the program's environment, in order: a
+	// NAME=VALUE assignment or an -u NAME. They act at process level, after the container's env,
+	// so the engine judges them like declarations (Engine.CheckLaunchEnv).
+	Env []EnvChange
+	// ClearsEnv is the env option that starts the program with an empty environment ("-i",
+	// "--ignore-environment", "-"), "" when none does.
+	ClearsEnv string
+}
+
+// EnvChange is one thing an env launcher does to the environment.
+type EnvChange struct {
+	Name  string
+	Token string // as the container spells it: "A=1", or "-u A"
+	Unset bool
 }
 
 // LaunchRefusal says why a launch is refused; Class is a stable identifier for metrics.
@@ -53,6 +67,9 @@ const (
 	// LaunchUnrecognised: any other program, including a launcher given an option admission
 	// does not know. Forwardable.
 	LaunchUnrecognised = "LaunchUnrecognised"
+	// LaunchPositional: a bare "--" after the program, behind which the appended flags would be
+	// read as positional arguments. Never admitted.
+	LaunchPositional = "LaunchPositional"
 )
 
 // launchForwardable lists the classes the launch-args-forwarded declaration admits.
@@ -114,13 +131,22 @@ func CheckLaunch(command, args []string, want Program, others []Program, forward
 			"the container sets args but no command, so its args go to the image's ENTRYPOINT, which admission cannot see, and nothing shows that appended arguments reach %s; set command to the engine itself, e.g. command: %s. %s",
 			want.engineName(), launchJSON(want.argv()), launchEntrypointWarning)}
 	}
-	w := launchWalk{argv: append(slices.Clone(command), args...), want: want, others: others}
+	w := launchWalk{argv: append(slices.Clone(command), args...), commandLen: len(command), want: want, others: others, progAt: -1}
 	f := w.run()
+	if f.class == "" || slices.Contains(launchForwardable, f.class) {
+		// Whatever runs first, a shell's -c string or a bare "--" later in the line keeps the
+		// appended arguments from the engine's parser; no declaration admits either.
+		if g := w.defeated(f); g != nil {
+			f = *g
+		}
+	}
+	l := Launch{Program: f.program, Env: w.envChanges, ClearsEnv: w.clears}
 	if f.class == "" {
-		return Launch{Program: f.program}, nil
+		return l, nil
 	}
 	if forwarded && slices.Contains(launchForwardable, f.class) {
-		return Launch{Program: f.program, Forwarded: true}, nil
+		l.Forwarded = true
+		return l, nil
 	}
 	return Launch{Program: f.program}, &LaunchRefusal{Class: f.class, Message: f.message}
 }
@@ -137,10 +163,52 @@ type launchFinding struct {
 
 // launchWalk reads argv from the program position onwards.
 type launchWalk struct {
-	argv    []string
-	want    Program
-	others  []Program
-	through []string // launchers seen through, base names, for messages
+	argv       []string
+	commandLen int // argv[:commandLen] is the container's command, the rest its args
+	want       Program
+	others     []Program
+	through    []string // launchers seen through, base names, for messages
+	envChanges []EnvChange
+	clears     string
+	// progAt is the index in argv of the program's token (the module's for python -m), -1 until
+	// the walk reaches a program it can see.
+	progAt int
+}
+
+// where names the part of the container argv[k] belongs to, and its index there.
+func (w *launchWalk) where(k int) string {
+	if k < w.commandLen {
+		return fmt.Sprintf("command[%d]", k)
+	}
+	return fmt.Sprintf("args[%d]", k-w.commandLen)
+}
+
+// defeated looks past an admitted (or forwardable) finding for what would still keep the
+// appended arguments from the engine: a shell running a -c string anywhere in the line, or a
+// bare "--" after the program.
+func (w *launchWalk) defeated(f launchFinding) *launchFinding {
+	for k, t := range w.argv {
+		if !slices.Contains(launchShells, path.Base(t)) {
+			continue
+		}
+		if dashC, end, _ := shellOptions(w.argv, k); dashC {
+			shown := strings.Join(append([]string{path.Base(t)}, w.argv[k+1:min(end, len(w.argv))]...), " ")
+			return &launchFinding{class: LaunchShell, program: f.program, message: fmt.Sprintf(
+				`the container's launch line runs %q at %s: the -c string is a single argument, so appended arguments become its $0, $1, ... instead of arguments to %s, and kvcache.gpustack.ai/launch-args-forwarded does not admit this; run the engine directly, e.g. command: %s, or through a wrapper script that ends in exec "$@", declared with %s`,
+				shown, w.where(k), w.want.engineName(), launchJSON(w.want.argv()), launchDeclaration)}
+		}
+	}
+	if w.progAt < 0 {
+		return nil
+	}
+	for k := w.progAt + 1; k < len(w.argv); k++ {
+		if w.argv[k] == "--" {
+			return &launchFinding{class: LaunchPositional, program: f.program, message: fmt.Sprintf(
+				`the container's %s is a bare "--": %s reads every argument after it as a positional argument, so the flags injection appends would not be read as flags; remove it`,
+				w.where(k), w.want.engineName())}
+		}
+	}
+	return nil
 }
 
 // Shells: with -c they run a string, and appended arguments become its positional parameters.
@@ -242,6 +310,14 @@ type parsed struct {
 	unknown string   // an option the launcher does not have
 	exits   string   // an option that makes it exit
 	missing string   // an option whose argument is missing (argv ends)
+	values  []optionValue
+}
+
+// optionValue is an option given with its argument.
+type optionValue struct {
+	name  string // canonical: "-u", "--unset"
+	value string
+	token string // as spelled, the argument included: "-u HOME", "--unset=HOME"
 }
 
 // parse reads the options of the launcher at argv[i].
@@ -255,7 +331,7 @@ func (o launchOptions) parse(argv []string, i int) parsed {
 			p.next = j + 1
 			return p
 		case t == "-" && o.dashIsI:
-			p.seen = append(p.seen, "-i")
+			p.seen = append(p.seen, "-")
 			j++
 		case strings.HasPrefix(t, "--"):
 			n, _, hasValue := strings.Cut(t, "=")
@@ -275,12 +351,18 @@ func (o launchOptions) parse(argv []string, i int) parsed {
 				p.next = j
 				return p
 			}
-			if slices.Contains(o.longArg, name) && !hasValue {
-				if j >= len(argv) {
-					p.missing = t
-					return p
+			if slices.Contains(o.longArg, name) {
+				if !hasValue {
+					if j >= len(argv) {
+						p.missing = t
+						return p
+					}
+					p.values = append(p.values, optionValue{name: name, value: argv[j], token: t + " " + argv[j]})
+					j++ // --signal KILL
+				} else {
+					_, v, _ := strings.Cut(t, "=")
+					p.values = append(p.values, optionValue{name: name, value: v, token: t})
 				}
-				j++ // --signal KILL
 			}
 		case strings.HasPrefix(t, "-") && len(t) > 1:
 			j++
@@ -303,7 +385,10 @@ func (o launchOptions) parse(argv []string, i int) parsed {
 							p.missing = "-" + c
 							return p
 						}
+						p.values = append(p.values, optionValue{name: "-" + c, value: argv[j], token: t + " " + argv[j]})
 						j++ // -s KILL; otherwise the rest of the bundle is the argument
+					} else {
+						p.values = append(p.values, optionValue{name: "-" + c, value: t[k+1:], token: t})
 					}
 					k = len(t)
 				default:
@@ -380,8 +465,20 @@ func (w *launchWalk) env(i int) (int, *launchFinding) {
 				w.shown("env "+s), w.want.engineName(), s, launchJSON(w.want.argv()), launchDeclaration)}
 		}
 	}
+	for _, s := range p.seen {
+		if s == "-i" || s == "--ignore-environment" || s == "-" {
+			w.clears = s
+		}
+	}
+	for _, o := range p.values {
+		if o.name == "-u" || o.name == "--unset" {
+			w.envChanges = append(w.envChanges, EnvChange{Name: o.value, Token: o.token, Unset: true})
+		}
+	}
 	j := p.next
 	for j < len(w.argv) && strings.Contains(w.argv[j], "=") {
+		name, _, _ := strings.Cut(w.argv[j], "=")
+		w.envChanges = append(w.envChanges, EnvChange{Name: name, Token: w.argv[j]})
 		j++
 	}
 	return j, nil
@@ -440,10 +537,28 @@ func (w *launchWalk) incomplete(prefix []string, base string, example []string) 
 // operand is a script file, judged as that script; without one the shell reads standard input.
 func (w *launchWalk) shell(i int) launchFinding {
 	sh := path.Base(w.argv[i])
+	dashC, j, stdin := shellOptions(w.argv, i)
+	if dashC {
+		shown := strings.Join(append([]string{sh}, w.argv[i+1:min(j, len(w.argv))]...), " ")
+		return launchFinding{class: LaunchShell, program: sh, message: fmt.Sprintf(
+			`the container runs %s: the -c string is a single argument, so appended arguments become its $0, $1, ... instead of arguments to %s, and kvcache.gpustack.ai/launch-args-forwarded does not admit this; run the engine directly, e.g. command: %s, or through a wrapper script that ends in exec "$@", declared with %s`,
+			w.shown(shown), w.want.engineName(), launchJSON(w.want.argv()), launchDeclaration)}
+	}
+	if stdin || j >= len(w.argv) {
+		return launchFinding{class: LaunchIncomplete, program: sh, message: fmt.Sprintf(
+			"the container runs %s with no script or -c string, so it would read commands from standard input and nothing would receive the appended arguments; run the engine directly, e.g. command: %s",
+			w.shown(sh), launchJSON(w.want.argv()))}
+	}
+	w.through = append(w.through, sh)
+	return w.script(j)
+}
+
+// shellOptions reads the options of the shell at argv[i]: whether a bundle holds c (it runs a
+// string), the index after the options, and whether -s reads standard input.
+func shellOptions(argv []string, i int) (dashC bool, next int, stdin bool) {
 	j := i + 1
-	dashC, stdin := false, false
-	for j < len(w.argv) {
-		t := w.argv[j]
+	for j < len(argv) {
+		t := argv[j]
 		if t == "--" || t == "-" {
 			j++
 			break
@@ -475,24 +590,13 @@ func (w *launchWalk) shell(i int) launchFinding {
 		}
 		break
 	}
-	if dashC {
-		shown := strings.Join(append([]string{sh}, w.argv[i+1:min(j, len(w.argv))]...), " ")
-		return launchFinding{class: LaunchShell, program: sh, message: fmt.Sprintf(
-			`the container runs %s: the -c string is a single argument, so appended arguments become its $0, $1, ... instead of arguments to %s, and kvcache.gpustack.ai/launch-args-forwarded does not admit this; run the engine directly, e.g. command: %s, or through a wrapper script that ends in exec "$@", declared with %s`,
-			w.shown(shown), w.want.engineName(), launchJSON(w.want.argv()), launchDeclaration)}
-	}
-	if stdin || j >= len(w.argv) {
-		return launchFinding{class: LaunchIncomplete, program: sh, message: fmt.Sprintf(
-			"the container runs %s with no script or -c string, so it would read commands from standard input and nothing would receive the appended arguments; run the engine directly, e.g. command: %s",
-			w.shown(sh), launchJSON(w.want.argv()))}
-	}
-	w.through = append(w.through, sh)
-	return w.script(j)
+	return dashC, j, stdin
 }
 
 // script judges a file a shell runs: by its .sh suffix, otherwise as an unrecognised program.
 // It is never the engine itself.
 func (w *launchWalk) script(j int) launchFinding {
+	w.progAt = j
 	base := path.Base(w.argv[j])
 	if strings.HasSuffix(base, ".sh") {
 		return w.shScript(j)
@@ -536,13 +640,14 @@ func (w *launchWalk) python(i int) launchFinding {
 				case c == 'c':
 					return w.unrecognised(py, py+" -c", "the -c code")
 				case c == 'm':
-					module := rest
+					module, at := rest, j-1
 					if module == "" {
 						if j >= len(w.argv) {
 							return w.pythonNothing(py)
 						}
-						module = w.argv[j]
+						module, at = w.argv[j], j
 					}
+					w.progAt = at
 					return w.pythonModule(py, module)
 				default:
 					return *w.badOption(i, parsed{unknown: t})
@@ -556,6 +661,7 @@ func (w *launchWalk) python(i int) launchFinding {
 	if j >= len(w.argv) {
 		return w.pythonNothing(py)
 	}
+	w.progAt = j
 	return w.unrecognised(py, py+" "+w.argv[j], path.Base(w.argv[j]))
 }
 
@@ -579,6 +685,7 @@ func (w *launchWalk) pythonModule(py, module string) launchFinding {
 
 // executable judges a program by its base name.
 func (w *launchWalk) executable(i int) launchFinding {
+	w.progAt = i
 	base := path.Base(w.argv[i])
 	if w.want.Executable != "" && base == w.want.Executable {
 		return launchFinding{program: base}

@@ -89,6 +89,16 @@ func launchCases() []launchCase {
 		{"nested launchers", v, a("tini -- env A=1 timeout 30 vllm serve"), nil, "vllm", ""},
 		{"deeply nested launchers", s, a("dumb-init tini -- busybox env timeout -k 5 5m python3 -m sglang.launch_server"), nil, "python3", ""},
 
+		// A shell's -c string or a bare "--" later in the line defeats the appended arguments
+		// whatever runs first: never admitted, declaration or not.
+		{"a wrapper followed by sh -c in args", v, a("/entrypoint"), a("sh -c vllm"), "entrypoint", LaunchShell},
+		{"bash -lc after the engine's own arguments", v, a("vllm serve m"), a("bash -lc x"), "vllm", LaunchShell},
+		{"sh -c behind a script", s, a("start.sh"), a("sh -euc python3"), "start.sh", LaunchShell},
+		{"a bare -- after vllm", v, a("vllm"), a("serve m --"), "vllm", LaunchPositional},
+		{"a bare -- after python3 -m sglang.launch_server", s, a("python3 -m sglang.launch_server"), a("--model-path m -- x"), "python3", LaunchPositional},
+		{"a bare -- after a wrapper", v, a("/entrypoint --"), a("vllm serve"), "entrypoint", LaunchPositional},
+		{"a -- that ends tini's options is tini's own", v, a("tini -- vllm serve m"), nil, "vllm", ""},
+
 		// Shells with -c in any bundle: never admitted.
 		{"bash -c", v, a("bash -c vllm"), nil, "bash", LaunchShell},
 		{"sh -c in command, string in args", v, a("sh -c"), a(`exec vllm serve "$@"`), "sh", LaunchShell},
@@ -197,6 +207,10 @@ func launchCases() []launchCase {
 	}
 }
 
+// decision is a Launch without what env launchers do to the environment (TestCheckLaunchEnv
+// judges that).
+func decision(l Launch) Launch { return Launch{Program: l.Program, Forwarded: l.Forwarded} }
+
 // launchForwardableClass: the classes the declaration admits.
 func launchForwardableClass(class string) bool {
 	switch class {
@@ -218,7 +232,7 @@ func TestCheckLaunch(t *testing.T) {
 				assert.NotEmpty(t, r.Message)
 				assert.Equal(t, r.Message, r.Error())
 			}
-			assert.Equal(t, Launch{Program: c.program}, l, "undeclared: Forwarded is always false")
+			assert.Equal(t, Launch{Program: c.program}, decision(l), "undeclared: Forwarded is always false")
 		})
 	}
 }
@@ -232,14 +246,14 @@ func TestCheckLaunchForwarded(t *testing.T) {
 			switch {
 			case c.class == "":
 				require.Nil(t, r)
-				assert.Equal(t, Launch{Program: c.program}, l)
+				assert.Equal(t, Launch{Program: c.program}, decision(l))
 			case launchForwardableClass(c.class):
 				require.Nil(t, r)
-				assert.Equal(t, Launch{Program: c.program, Forwarded: true}, l)
+				assert.Equal(t, Launch{Program: c.program, Forwarded: true}, decision(l))
 			default:
 				require.NotNil(t, r)
 				assert.Equal(t, c.class, r.Class)
-				assert.Equal(t, Launch{Program: c.program}, l)
+				assert.Equal(t, Launch{Program: c.program}, l, "a refused launch reports only its program")
 			}
 		})
 	}
@@ -270,7 +284,7 @@ func TestCheckLaunchForwardedExamples(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l, r := CheckLaunch(c.command, c.args, c.want, launchTestOthers(c.want), true)
-			assert.Equal(t, c.launch, l)
+			assert.Equal(t, c.launch, decision(l))
 			if c.class == "" {
 				assert.Nil(t, r)
 			} else if assert.NotNil(t, r) {
@@ -298,6 +312,10 @@ func TestCheckLaunchMessages(t *testing.T) {
 			`the container runs "bash -o pipefail -c": the -c string is a single argument, so appended arguments become its $0, $1, ... instead of arguments to vLLM, and kvcache.gpustack.ai/launch-args-forwarded does not admit this; run the engine directly, e.g. command: ["vllm"], or through a wrapper script that ends in exec "$@", declared with kvcache.gpustack.ai/launch-args-forwarded: "true"`},
 		{LaunchShell, s, a("tini -- /bin/sh -lc"), a("python3 -m sglang.launch_server"),
 			`the container runs "sh -lc" (through tini): the -c string is a single argument, so appended arguments become its $0, $1, ... instead of arguments to SGLang, and kvcache.gpustack.ai/launch-args-forwarded does not admit this; run the engine directly, e.g. command: ["python3", "-m", "sglang.launch_server"], or through a wrapper script that ends in exec "$@", declared with kvcache.gpustack.ai/launch-args-forwarded: "true"`},
+		{LaunchShell, v, a("/entrypoint"), a("sh -c vllm"),
+			`the container's launch line runs "sh -c" at args[0]: the -c string is a single argument, so appended arguments become its $0, $1, ... instead of arguments to vLLM, and kvcache.gpustack.ai/launch-args-forwarded does not admit this; run the engine directly, e.g. command: ["vllm"], or through a wrapper script that ends in exec "$@", declared with kvcache.gpustack.ai/launch-args-forwarded: "true"`},
+		{LaunchPositional, s, a("python3 -m sglang.launch_server"), a("--model-path m --"),
+			`the container's args[2] is a bare "--": SGLang reads every argument after it as a positional argument, so the flags injection appends would not be read as flags; remove it`},
 		{LaunchScript, v, a("/opt/start.sh"), a("serve"),
 			`the container runs the script "/opt/start.sh", and admission cannot see whether it passes appended arguments on to vLLM; run the engine directly, e.g. command: ["vllm"], or, if the script forwards its arguments (ends in exec "$@"), declare kvcache.gpustack.ai/launch-args-forwarded: "true"`},
 		{LaunchScript, v, a("bash start.sh"), nil,
@@ -384,4 +402,34 @@ func TestCheckLaunchWithoutOthers(t *testing.T) {
 	_, r := CheckLaunch(a("vllm serve"), nil, launchTestSGLang, nil, false)
 	require.NotNil(t, r)
 	assert.Equal(t, LaunchUnrecognised, r.Class)
+}
+
+func TestCheckLaunchEnv(t *testing.T) {
+	v := launchTestVLLM
+	for _, c := range []struct {
+		name    string
+		command []string
+		env     []EnvChange
+		clears  string
+	}{
+		{"no env launcher", a("vllm serve"), nil, ""},
+		{"assignments, a value holding =", a("env A=1 B=x=y vllm"), []EnvChange{{Name: "A", Token: "A=1"}, {Name: "B", Token: "B=x=y"}}, ""},
+		{"every spelling of unset", a("env -u HOME -uPATH --unset=X --unset Y --u Z vllm"), []EnvChange{
+			{Name: "HOME", Token: "-u HOME", Unset: true}, {Name: "PATH", Token: "-uPATH", Unset: true},
+			{Name: "X", Token: "--unset=X", Unset: true}, {Name: "Y", Token: "--unset Y", Unset: true}, {Name: "Z", Token: "--u Z", Unset: true},
+		}, ""},
+		{"-i", a("env -i vllm"), nil, "-i"},
+		{"a lone -", a("env - A=1 vllm"), []EnvChange{{Name: "A", Token: "A=1"}}, "-"},
+		{"--ignore-environment abbreviated", a("env --ignore-e vllm"), nil, "--ignore-environment"},
+		{"nested env launchers, in order", a("env A=1 tini -- busybox env -u B C=3 vllm"), []EnvChange{
+			{Name: "A", Token: "A=1"}, {Name: "B", Token: "-u B", Unset: true}, {Name: "C", Token: "C=3"},
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, r := CheckLaunch(c.command, nil, v, launchTestOthers(v), false)
+			require.Nil(t, r)
+			assert.Equal(t, c.env, l.Env)
+			assert.Equal(t, c.clears, l.ClearsEnv)
+		})
+	}
 }

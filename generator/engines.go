@@ -17,7 +17,8 @@ type FragmentInput struct {
 	Master string
 	// Protocol is the transport in store spelling (tcp, rdma, ascend, ...).
 	Protocol string
-	// Tenant is the Binding's domain; "" when the backend keeps no tenant ledger.
+	// Tenant is the Binding's domain, written on every path (a master without a tenant ledger
+	// ignores it).
 	Tenant string
 	// Dtype is the Binding's dtype; "" when the Setting leaves the dtype to containers.
 	Dtype string
@@ -34,6 +35,7 @@ type fragmentValues struct {
 	Tenant          string
 	Dtype           string
 	Connector       string
+	Mode            string
 	KVRole          string
 	LocalBufferSize int64
 }
@@ -54,8 +56,9 @@ func (r *Renderer) RenderFragment(in FragmentInput) (*engines.Fragment, error) {
 		Tenant:          in.Tenant,
 		Dtype:           in.Dtype,
 		Connector:       in.Engine.Connector,
+		Mode:            in.Engine.ClientMode,
 		KVRole:          in.Engine.KVRole(in.Role),
-		LocalBufferSize: r.defaults.Injection.LocalBufferSize,
+		LocalBufferSize: in.Engine.StagingBuffer,
 	}
 	if f, ok := r.fragments.get(v); ok {
 		return f.DeepCopy(), nil

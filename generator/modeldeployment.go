@@ -21,7 +21,7 @@ type CacheInput struct {
 	Master string
 	// Protocol is the pool's transport in store spelling.
 	Protocol string
-	// Tenant is the Binding's domain; "" when the backend keeps no tenant ledger.
+	// Tenant is the Binding's domain (a master without a tenant ledger ignores it).
 	Tenant string
 	// Dtype is the Binding's dtype; "" when the Setting leaves the dtype to containers.
 	Dtype string

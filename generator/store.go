@@ -259,10 +259,15 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 		fieldEnv("MOONCAKE_LOCAL_HOSTNAME", "status.podIP"),
 		{Name: "MOONCAKE_GLOBAL_SEGMENT_SIZE", Value: strconv.FormatInt(g.CapacityPerMember.Value(), 10)},
 	}
+	// The staging buffer is always written: left unset, the member allocates the store's 1 GiB
+	// default, which its memory request would not hold.
+	buffer := *resource.NewQuantity(d.Store.MemberLocalBufferSize, resource.BinarySI)
 	if g.LocalBufferSize != nil {
-		mv.Env = append(mv.Env, corev1.EnvVar{Name: "MOONCAKE_LOCAL_BUFFER_SIZE", Value: strconv.FormatInt(g.LocalBufferSize.Value(), 10)})
+		buffer = g.LocalBufferSize.DeepCopy()
 	}
-	mv.Env = append(mv.Env, corev1.EnvVar{Name: "MC_TE_METRIC", Value: "1"})
+	mv.Env = append(mv.Env,
+		corev1.EnvVar{Name: "MOONCAKE_LOCAL_BUFFER_SIZE", Value: strconv.FormatInt(buffer.Value(), 10)},
+		corev1.EnvVar{Name: "MC_TE_METRIC", Value: "1"})
 	mv.Env = append(mv.Env, g.ExtraEnv...)
 
 	// DRAM members hold their segment in the Pod's own memory, so the request claims it; a VRAM
@@ -272,9 +277,7 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 	if g.Medium != kvv1.MediumVRAM {
 		mem = g.CapacityPerMember.DeepCopy()
 	}
-	if g.LocalBufferSize != nil {
-		mem.Add(*g.LocalBufferSize)
-	}
+	mem.Add(buffer)
 	if !mem.IsZero() {
 		mv.MemoryRequest = mem.String()
 	}

@@ -79,6 +79,13 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 	if lr != nil {
 		return nil, Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
 	}
+	if fs := a.engine.CheckLaunchEnv(launch); len(fs) > 0 {
+		msgs := make([]string, len(fs))
+		for i, f := range fs {
+			msgs[i] = f.Message
+		}
+		return nil, Result{}, &Refusal{Reason: fs[0].Class, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(msgs, "; "))}
+	}
 	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine)
 	if rf != nil {
 		return nil, Result{}, rf
@@ -276,16 +283,14 @@ type Attachment struct {
 	Domain   string
 	Master   string
 	Protocol string
-	// TenantLedger is false when the backend keeps no tenant ledger: no tenant is written.
+	// TenantLedger is false when the backend keeps no tenant ledger: the tenant is still written
+	// (the Binding owns it), and the master ignores it.
 	TenantLedger bool
 }
 
 // CacheInput is the generator's view of an attachment.
 func (a Attachment) CacheInput(dtypeOwned bool) generator.CacheInput {
-	c := generator.CacheInput{Master: a.Master, Protocol: a.Protocol}
-	if a.TenantLedger {
-		c.Tenant = a.Domain
-	}
+	c := generator.CacheInput{Master: a.Master, Protocol: a.Protocol, Tenant: a.Domain}
 	if dtypeOwned {
 		c.Dtype = a.Binding.Spec.Domain.Dtype
 	}

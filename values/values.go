@@ -24,15 +24,11 @@ type Store struct {
 	MemberRestPortBase int32  `json:"memberRestPortBase"`
 	TenantQuotaDir     string `json:"tenantQuotaDir"`
 	TenantQuotaFile    string `json:"tenantQuotaFile"`
-	RDMASharedResource string `json:"rdmaSharedResource"`
-	RDMAResource       string `json:"rdmaResource"`
-	EFAResource        string `json:"efaResource"`
-}
-
-// Injection holds the sizes injection writes or budgets for.
-type Injection struct {
-	LocalBufferSize       int64 `json:"localBufferSize"`
-	SGLangLocalBufferSize int64 `json:"sglangLocalBufferSize"`
+	// MemberLocalBufferSize is a member's staging buffer when its group sets none.
+	MemberLocalBufferSize int64  `json:"memberLocalBufferSize"`
+	RDMASharedResource    string `json:"rdmaSharedResource"`
+	RDMAResource          string `json:"rdmaResource"`
+	EFAResource           string `json:"efaResource"`
 }
 
 // ModelDeployment holds a managed deployment's images and ports.
@@ -48,7 +44,6 @@ type ModelDeployment struct {
 // Defaults is the parsed defaults.yaml.
 type Defaults struct {
 	Store           Store           `json:"store"`
-	Injection       Injection       `json:"injection"`
 	ModelDeployment ModelDeployment `json:"modelDeployment"`
 }
 

@@ -253,7 +253,9 @@ type MemberGroup struct {
 	// charged to the member Pod's memory request: a claim on the node, not a hint.
 	CapacityPerMember resource.Quantity `json:"capacityPerMember"`
 
-	// LocalBufferSize is the member's transfer staging buffer; added to the memory request.
+	// LocalBufferSize is the member's transfer staging buffer, added to the memory request.
+	// Unset, the member is given 128Mi (the store's own default would be 1Gi that no request
+	// holds).
 	// +optional
 	LocalBufferSize *resource.Quantity `json:"localBufferSize,omitempty"`
 

@@ -369,7 +369,7 @@ func exercise(t *testing.T, env *testenv.Env) {
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-canary"}, &corev1.Service{}))
 	}, 30*time.Second, 100*time.Millisecond, "the removed role is pruned")
-	assert.JSONEq(t, `{"binding":"legacy","engine":"vllm","vehicle":"file","domain":"default","tenantInjected":false,"launchProgram":"vllm","launchArgsForwarded":false}`,
+	assert.JSONEq(t, `{"binding":"legacy","engine":"vllm","vehicle":"file","domain":"default","tenantInjected":true,"launchProgram":"vllm","launchArgsForwarded":false}`,
 		pod.Annotations[injection.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
 }
 

@@ -353,7 +353,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	assert.Equal(t, injection.Record{Binding: bindingName, Engine: "vllm", Vehicle: "file", Domain: domainName, TenantInjected: true, LaunchProgram: "vllm"}, res.Record)
 	clientConfig := injected.Annotations[injection.AnnotationClientConfig]
 	require.JSONEq(t, `{"metadata_server":"P2PHANDSHAKE","master_server_address":"mooncake-dram-leader.gpustack-system.svc:50051",
-		"protocol":"tcp","device_name":"","global_segment_size":0,"local_buffer_size":134217728,"tenant_id":"team-a-chat"}`, clientConfig)
+		"protocol":"tcp","device_name":"","global_segment_size":0,"local_buffer_size":134217728,"tenant_id":"team-a-chat","mode":"standalone-store"}`, clientConfig)
 	engineC := injected.Spec.Containers[0]
 	assert.Equal(t, []string{"serve", "--model", "m", "--kv-transfer-config", `{"kv_connector":"MooncakeStoreConnector","kv_role":"kv_both"}`, "--kv-cache-dtype", "bfloat16"}, engineC.Args)
 	// The kubelet projects the annotation into the downward-API volume; the env names that file.

@@ -70,17 +70,30 @@ var refusedLeaderFlags = map[string]string{
 	"global_file_segment_size":    reasonStorage,
 }
 
-// LeaderFlagRefusal returns why a leader.extraArgs flag key (without dashes) is refused, or ""
-// when it is allowed. The master parses flags with gflags, where -noX sets a boolean X to false
-// and the last value wins, so a refused key is refused behind a "no" prefix too.
+// LeaderFlagRefusal returns why a leader.extraArgs flag key (without its leading dashes) is
+// refused, or "" when it is allowed. The master parses flags with gflags, which reads a dash in
+// a name as an underscore (-enable-snapshot-restore is enable_snapshot_restore) and -noX as a
+// boolean X set to false, the last value winning; so a refused key is refused in each of those
+// spellings.
 func LeaderFlagRefusal(key string) string {
-	if r := leaderFlagRefusal(key); r != "" {
-		return r
+	_, r := leaderFlag(key)
+	return r
+}
+
+// leaderFlag returns the flag gflags reads key as (its underscore name; "X=false" for a "no"
+// negation) and why it is refused, or "" when it is allowed.
+func leaderFlag(key string) (string, string) {
+	name := strings.ReplaceAll(key, "-", "_")
+	if r := leaderFlagRefusal(name); r != "" {
+		return name, r
 	}
-	if rest, ok := strings.CutPrefix(key, "no"); ok {
-		return leaderFlagRefusal(rest)
+	if rest, ok := strings.CutPrefix(name, "no"); ok {
+		rest = strings.TrimPrefix(rest, "_")
+		if r := leaderFlagRefusal(rest); r != "" {
+			return rest + "=false", r
+		}
 	}
-	return ""
+	return name, ""
 }
 
 func leaderFlagRefusal(key string) string {
@@ -230,8 +243,12 @@ func validateLeaderArgs(p *field.Path, args []string) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Index(i), a, "each entry is one -flag or -flag=value token, e.g. -default_kv_lease_ttl=10m"))
 			continue
 		}
-		if r := LeaderFlagRefusal(k); r != "" {
-			errs = append(errs, field.Forbidden(p.Index(i), fmt.Sprintf("-%s: %s", k, r)))
+		if name, r := leaderFlag(k); r != "" {
+			shown := "-" + k
+			if name != k && name != strings.TrimPrefix(k, "no")+"=false" {
+				shown = fmt.Sprintf("%s (read by the master as -%s)", a, name)
+			}
+			errs = append(errs, field.Forbidden(p.Index(i), fmt.Sprintf("%s: %s", shown, r)))
 		}
 	}
 	return errs
@@ -253,7 +270,7 @@ func validateMemberArgs(p *field.Path, args []string) field.ErrorList {
 	var errs field.ErrorList
 	for j := 0; j < len(args); j++ {
 		a := args[j]
-		switch k, _ := flagKey(a); {
+		switch k := memberFlag(a); {
 		case k == "port":
 			errs = append(errs, field.Invalid(p.Index(j), a, "the operator sets the member's REST port (8080 + the group's position); remove it"))
 		case k == "config":
@@ -270,6 +287,36 @@ func validateMemberArgs(p *field.Path, args []string) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// memberLongFlags are mc_store_rest_server's long options. It parses them with Python's argparse,
+// which reads a unique prefix as the option (--por is --port).
+var memberLongFlags = []string{"config", "port", "max-wait-time", "help"}
+
+// memberFlag is the option a member argument is read as, without dashes: a long option by its
+// unique prefix, or the key of a single-dash token ("" for anything else).
+func memberFlag(tok string) string {
+	if name, ok := strings.CutPrefix(tok, "--"); ok {
+		name, _, _ = strings.Cut(name, "=")
+		if name == "" {
+			return ""
+		}
+		match := ""
+		for _, f := range memberLongFlags {
+			if f == name {
+				return f
+			}
+			if strings.HasPrefix(f, name) {
+				if match != "" {
+					return "" // ambiguous: argparse refuses it and the member exits
+				}
+				match = f
+			}
+		}
+		return match
+	}
+	k, _ := flagKey(tok)
+	return k
 }
 
 func validateExternal(p *field.Path, e *kvv1.ExternalConnection) field.ErrorList {

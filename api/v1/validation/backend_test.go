@@ -574,7 +574,57 @@ func TestValidateBackend(t *testing.T) {
 			want:   []string{fmt.Sprintf("%s.extraArgs[0]: Forbidden: -no%s: %s", leaderPath, key, LeaderFlagRefusal(key))},
 		})
 	}
+	// gflags reads a dash in a flag name as an underscore: every refused key is refused in its
+	// dashed spelling too, with one or two leading dashes, and named as the master reads it.
+	for _, r := range refusedLeaderKeys() {
+		dashed := strings.ReplaceAll(r.key, "_", "-")
+		if dashed == r.key {
+			continue
+		}
+		for _, tok := range []string{"-" + dashed + "=true", "--" + dashed} {
+			tests = append(tests, tc{
+				name:   fmt.Sprintf("a leader extraArg %s is refused as the master reads it, -%s", tok, r.key),
+				mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{tok} },
+				want:   []string{fmt.Sprintf("%s.extraArgs[0]: Forbidden: %s (read by the master as -%s): %s", leaderPath, tok, r.key, r.reason)},
+			})
+		}
+	}
 	tests = append(tests,
+		tc{
+			name:   "a dashed snapshot flag -snapshot-interval=1 is refused as -snapshot_interval",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"-snapshot-interval=1"} },
+			want:   []string{leaderPath + ".extraArgs[0]: Forbidden: -snapshot-interval=1 (read by the master as -snapshot_interval): " + wantReasonSnapshot},
+		},
+		tc{
+			name:   "a dashed negation --no-enable-multi-tenants is refused as -enable_multi_tenants=false",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"--no-enable-multi-tenants"} },
+			want:   []string{leaderPath + ".extraArgs[0]: Forbidden: --no-enable-multi-tenants (read by the master as -enable_multi_tenants=false): " + wantReasonTenancy},
+		},
+		tc{
+			name:   "a negation spelled --noenable-snapshot is refused as -enable_snapshot=false",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"--noenable-snapshot"} },
+			want:   []string{leaderPath + ".extraArgs[0]: Forbidden: --noenable-snapshot (read by the master as -enable_snapshot=false): " + wantReasonSnapshot},
+		},
+		tc{
+			name:   "an allowed flag in its dashed spelling, -default-kv-lease-ttl=10m, passes",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraArgs = []string{"-default-kv-lease-ttl=10m"} },
+			want:   nil,
+		},
+		tc{
+			name:   "a member --por=9000 is refused: argparse reads a unique prefix as --port",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--por=9000"} },
+			want:   []string{membersPath + `[0].extraArgs[0]: Invalid value: "--por=9000": the operator sets the member's REST port (8080 + the group's position); remove it`},
+		},
+		tc{
+			name:   "a member --conf with its value in the next token is refused as --config",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--conf", "/etc/m.json"} },
+			want:   []string{membersPath + `[0].extraArgs[0]: Invalid value: "--conf": a configuration file would replace every MOONCAKE_* variable the operator sets; remove it`},
+		},
+		tc{
+			name:   "a member --max-wait-time=5 passes",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--max-wait-time=5"} },
+			want:   nil,
+		},
 		tc{
 			name:   "a member extraArg --config is refused because a file replaces the operator's variables",
 			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraArgs = []string{"--config=/etc/m.json"} },
@@ -627,6 +677,8 @@ func TestLeaderFlagRefusal(t *testing.T) {
 		{name: "an empty key is not refused by name", key: "", want: ""},
 		{name: "snapshot without an underscore is not a snapshot_* flag", key: "snapshot", want: ""},
 		{name: "keys are matched case-sensitively, as the store's flags are", key: "RPC_PORT", want: ""},
+		{name: "a dashed key is read as its underscore name", key: "enable-snapshot-restore", want: wantReasonSnapshot},
+		{name: "a dashed negation is read as the negated flag", key: "no-enable-ha", want: wantReasonElection},
 		{name: "snapshot_interval is refused because restoring a snapshot can make the cache serve another key's bytes", key: "snapshot_interval", want: wantReasonSnapshot},
 		{name: "any other snapshot_* key is refused for the snapshot reason", key: "snapshot_backup_dir", want: wantReasonSnapshot},
 	}
