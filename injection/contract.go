@@ -25,6 +25,11 @@ const (
 
 	// AnnotationDomain does not exist on purpose: the domain comes from the Binding.
 	AnnotationDomain = Prefix + "domain"
+
+	// LabelModelDeployment names the ModelDeployment a Pod was rendered for. Those Pods carry the
+	// written keys without the opt-in label (their configuration is rendered, not injected), so
+	// the UPDATE freeze selects them by this label too.
+	LabelModelDeployment = Prefix + "model-deployment"
 )
 
 // acceptedAnnotations are the keys under Prefix a Pod may carry.

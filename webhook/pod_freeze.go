@@ -14,7 +14,9 @@ import (
 )
 
 // PodFreeze refuses updates that would change what injection decided for a live Pod: the
-// opt-in state, the injection record and the projected client configuration. Injection runs at
+// opt-in state, the injection record and the projected client configuration; and the same keys
+// on the Pods rendered for a ModelDeployment, which carry the configuration without the opt-in
+// label. Injection runs at
 // CREATE only, so a label added later would claim a cache the Pod does not have, an edited record
 // would describe a decision nobody made, and an edited client-config would swap the master
 // address under a running container (the kubelet keeps reprojecting the file, through the
@@ -59,6 +61,10 @@ func FreezeFaults(oldPod, newPod *corev1.Pod) []string {
 	if was, is := injection.OptedIn(oldPod), injection.OptedIn(newPod); was != is {
 		faults = append(faults, fmt.Sprintf("label %s changes the Pod's opt-in state (%q to %q), which is fixed at creation because injection runs only then; change the workload's Pod template instead, and the change takes effect when the workload rolls",
 			injection.LabelInject, oldPod.Labels[injection.LabelInject], newPod.Labels[injection.LabelInject]))
+	}
+	if was, is := oldPod.Labels[injection.LabelModelDeployment], newPod.Labels[injection.LabelModelDeployment]; was != is {
+		faults = append(faults, fmt.Sprintf("label %s names the ModelDeployment the Pod was rendered for (%q to %q) and holds its configuration frozen; it is fixed at creation, so change the ModelDeployment instead and its Pods roll",
+			injection.LabelModelDeployment, was, is))
 	}
 	for _, k := range []struct{ key, why string }{
 		{injection.AnnotationInjected, "it records what injection decided at creation"},

@@ -27,6 +27,10 @@ objectSelector:
     - key: kvcache.gpustack.ai/inject
       operator: In
       values: ["true"]
+{{ include "kvcache.webhook.notManager" . }}
+{{- end }}
+
+{{- define "kvcache.webhook.notManager" -}}
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
@@ -95,6 +99,26 @@ webhooks:
     matchPolicy: Equivalent
     timeoutSeconds: 10
     {{- include "kvcache.webhook.optedIn" . | nindent 4 }}
+  # The same freeze for the Pods rendered for a ModelDeployment: they carry the written keys
+  # without the opt-in label, and a selector cannot say "either label".
+  - name: freeze-rendered.pods.kvcache.gpustack.ai
+    admissionReviewVersions: ["v1"]
+    {{- include "kvcache.webhook.clientConfig" (dict "Root" . "Path" "/validate-v1-pod") | nindent 4 }}
+    rules:
+      - operations: ["UPDATE"]
+        apiGroups: [""]
+        apiVersions: ["v1"]
+        resources: ["pods"]
+        scope: Namespaced
+    failurePolicy: Ignore
+    sideEffects: None
+    matchPolicy: Equivalent
+    timeoutSeconds: 10
+    objectSelector:
+      matchExpressions:
+        - key: kvcache.gpustack.ai/model-deployment
+          operator: Exists
+    {{- include "kvcache.webhook.notManager" . | nindent 4 }}
   {{- range list "kvcachebackend" "kvcachepool" "kvcachepoolbinding" "modeldeployment" "setting" }}
   - name: {{ . }}s.worker.gpustack.ai
     admissionReviewVersions: ["v1"]

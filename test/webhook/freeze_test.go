@@ -3,14 +3,19 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
@@ -106,4 +111,44 @@ func TestOutage(t *testing.T) {
 	require.NoError(t, update(live, func(p *corev1.Pod) {
 		p.Annotations[injection.AnnotationClientConfig] = `{"edited":"while the webhook is down"}`
 	}), "the freeze fails open")
+}
+
+// renderedPod is a Pod as a ModelDeployment's ReplicaSet would create it from the rendered
+// Deployment's template (the golden render): the written keys without the opt-in label.
+func renderedPod(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(golden.Dir("modeldeployment"), "vllm-server-x2.yaml"))
+	require.NoError(t, err)
+	var d *appsv1.Deployment
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		o := &appsv1.Deployment{}
+		if yaml.Unmarshal([]byte(doc), o) == nil && o.Kind == "Deployment" {
+			d = o
+		}
+	}
+	require.NotNil(t, d, "the golden holds a Deployment")
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels, Annotations: d.Spec.Template.Annotations}, Spec: d.Spec.Template.Spec}
+	require.NotContains(t, pod.Labels, injection.LabelInject)
+	require.Contains(t, pod.Annotations, injection.AnnotationClientConfig)
+	p, err := create(t, pod, name)
+	require.NoError(t, err)
+	return p
+}
+
+// A ModelDeployment's Pods are frozen like injected ones, through their own label: the client
+// configuration cannot be swapped under the running engine, nor the label removed to unfreeze it.
+func TestFreezeCoversPodsRenderedForAModelDeployment(t *testing.T) {
+	p := renderedPod(t, "rendered-freeze")
+	err := update(p, func(p *corev1.Pod) {
+		p.Annotations[injection.AnnotationClientConfig] = `{"master_server_address":"evil:50051"}`
+	})
+	require.Error(t, err)
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Contains(t, err.Error(), `admission webhook "freeze-rendered.pods.kvcache.gpustack.ai" denied the request: `+configEditFault)
+
+	err = update(p, func(p *corev1.Pod) { delete(p.Labels, injection.LabelModelDeployment) })
+	require.Error(t, err, "the label that selects the freeze is frozen too")
+	assert.Contains(t, err.Error(), `label kvcache.gpustack.ai/model-deployment names the ModelDeployment the Pod was rendered for ("qwen-chat" to "")`)
+
+	require.NoError(t, update(p, func(p *corev1.Pod) { p.Annotations["team-a/owner"] = "alice" }), "other metadata edits are admitted")
 }
