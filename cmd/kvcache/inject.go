@@ -28,6 +28,7 @@ type injectOptions struct {
 	files           []string
 	cluster         []string
 	systemNamespace string
+	namespace       string
 	output          string
 }
 
@@ -41,6 +42,9 @@ Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) in FILE and prints
 Other documents, and Pods without the kvcache.gpustack.ai/inject: "true" label, pass through
 unchanged.
 
+A document that names no namespace is injected as if created in --namespace (-n, kubectl's
+convention; "default" unless given), which is where its Pods would look for their Binding.
+
 --cluster files hold the objects the webhook would read: KVCachePoolBindings, KVCachePools,
 KVCacheBackends and Settings. A pool without status gets the status the operator would publish.
 
@@ -51,6 +55,7 @@ Admission warnings are printed on stderr as "warning: ...".`,
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to inject (repeatable; - reads stdin)")
 	cmd.Flags().StringArrayVar(&o.cluster, "cluster", nil, "objects the webhook would read: Bindings, pools, backends, Settings (repeatable)")
+	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "namespace of documents that name none (as kubectl apply -n would create them)")
 	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace managed stores run in (for derived pool endpoints)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	return cmd
@@ -139,7 +144,7 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 	var outs []outDoc
 	var refusals []string
 	for _, d := range docs {
-		od, refusal, warns, err := injectDocument(cmd.Context(), inj, lookup, d)
+		od, refusal, warns, err := injectDocument(cmd.Context(), inj, lookup, d, o.namespace)
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +165,7 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 
 // injectDocument injects one document. It returns the output document, or the refusal line, and
 // the warning lines.
-func injectDocument(ctx context.Context, inj *injection.Injector, lookup injection.Lookup, d document) (outDoc, string, []string, error) {
+func injectDocument(ctx context.Context, inj *injection.Injector, lookup injection.Lookup, d document, namespace string) (outDoc, string, []string, error) {
 	keep := outDoc{raw: d.raw}
 	gvk, j, err := d.typeMeta()
 	if err != nil {
@@ -180,7 +185,7 @@ func injectDocument(ctx context.Context, inj *injection.Injector, lookup injecti
 	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	ns := top.GetNamespace()
 	if ns == "" {
-		ns = "default"
+		ns = namespace
 	}
 	name := top.GetName()
 	if name == "" {

@@ -262,3 +262,27 @@ func TestInjectJSONAndUsage(t *testing.T) {
 	assert.Empty(t, out)
 	assert.Contains(t, errOut, `refused: Pod/bench: KVCachePoolBinding "team-a" not found in namespace "team-a"`)
 }
+
+// The injection reference's Deployment names no namespace: like kubectl apply, inject takes it
+// from -n, and without one from "default", where its Binding is not.
+func TestInjectTakesTheNamespaceOfUnnamespacedDocumentsFromTheFlag(t *testing.T) {
+	dir := golden.Dir("inject")
+	raw, err := os.ReadFile(filepath.Join(dir, "walkthrough-deployment.yaml"))
+	require.NoError(t, err)
+	input := strings.Replace(string(raw), "  namespace: team-a\n", "", 1)
+	require.NotContains(t, input, "namespace:")
+	cluster := filepath.Join(dir, "cluster.yaml")
+
+	code, out, errOut := kvcache(t, input, "inject", "-f", "-", "--cluster", cluster)
+	assert.Equal(t, exitInvalid, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, `refused: Deployment/chat: KVCachePoolBinding "chat" not found in namespace "default"`)
+
+	for _, flag := range []string{"-n", "--namespace"} {
+		code, out, errOut = kvcache(t, input, "inject", "-f", "-", "--cluster", cluster, flag, "team-a")
+		require.Equal(t, 0, code, errOut)
+		want, err := os.ReadFile(filepath.Join(dir, "walkthrough-deployment.injected.yaml"))
+		require.NoError(t, err)
+		assert.Equal(t, strings.Replace(string(want), "  namespace: team-a\n", "", 1), out, "the same injection as the namespaced document, and no namespace added")
+	}
+}
