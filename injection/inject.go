@@ -72,6 +72,22 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 	if err != nil {
 		return nil, Result{}, lookupFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
 	}
+	if a.written {
+		return i.resubmitted(ctx, pod, namespace, lookup, a, c.Name, dtypeOwned)
+	}
+	return i.inject(ctx, pod, namespace, lookup, a, c, dtypeOwned, nil)
+}
+
+// attached is a resolution made before the checks (a resubmitted Pod is stripped by what its
+// Binding resolves to), so inject does not resolve twice.
+type attached struct {
+	res  Attachment
+	frag *engines.Fragment
+}
+
+// inject checks the container and its launch, resolves the Binding unless pre carries it, and
+// merges the fragment into a copy of pod.
+func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup, a annotations, c *corev1.Container, dtypeOwned bool, pre *attached) (*corev1.Pod, Result, error) {
 	if rf := checkContainer(a.engine, pod, c, dtypeOwned); rf != nil {
 		return nil, Result{}, rf
 	}
@@ -86,16 +102,16 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 		}
 		return nil, Result{}, &Refusal{Reason: fs[0].Class, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(msgs, "; "))}
 	}
-	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine)
-	if rf != nil {
-		return nil, Result{}, rf
+	if pre == nil {
+		var rf *Refusal
+		var err error
+		if pre, rf, err = i.attach(ctx, lookup, namespace, a, dtypeOwned); rf != nil {
+			return nil, Result{}, rf
+		} else if err != nil {
+			return nil, Result{}, err
+		}
 	}
-	ci := res.CacheInput(dtypeOwned)
-	in := generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role}
-	frag, err := i.renderer.RenderFragment(in)
-	if err != nil {
-		return nil, Result{}, err
-	}
+	res, frag := pre.res, pre.frag
 
 	out := pod.DeepCopy()
 	target := containerByName(out, c.Name)
@@ -105,7 +121,7 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 		Engine:              a.engine.ID,
 		Vehicle:             string(a.engine.Vehicle),
 		Domain:              res.Domain,
-		TenantInjected:      in.Tenant != "",
+		TenantInjected:      true,
 		LaunchProgram:       launch.Program,
 		LaunchArgsForwarded: launch.Forwarded,
 	}
@@ -120,6 +136,20 @@ func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string
 	return out, Result{Injected: true, Warnings: warnings(a.engine, c), Record: rec}, nil
 }
 
+// attach resolves the Pod's Binding and renders its engine's fragment.
+func (i *Injector) attach(ctx context.Context, lookup Lookup, namespace string, a annotations, dtypeOwned bool) (*attached, *Refusal, error) {
+	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine)
+	if rf != nil {
+		return nil, rf, nil
+	}
+	ci := res.CacheInput(dtypeOwned)
+	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &attached{res: res, frag: frag}, nil, nil
+}
+
 // annotations are a Pod's parsed contract annotations.
 type annotations struct {
 	binding   string
@@ -127,6 +157,9 @@ type annotations struct {
 	role      engines.Role
 	container string
 	forwarded bool
+	// written is true when the Pod arrives carrying a key injection writes (the record or the
+	// client configuration): the output of kvcache inject, or a manifest copied from a Pod.
+	written bool
 }
 
 func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
@@ -147,8 +180,11 @@ func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
 			reason = ReasonDomainAnnotation
 			faults = append(faults, fmt.Sprintf("annotation %s is refused: the reuse domain comes from the KVCachePoolBinding, which registers it and carries its ceiling; remove the annotation and name the Binding whose spec.domain you want in %s", k, AnnotationBinding))
 		case AnnotationInjected, AnnotationClientConfig:
-			reason = ReasonWrittenKey
-			faults = append(faults, fmt.Sprintf("annotation %s is written by injection and may not be submitted (a manifest copied from a running Pod carries it); remove it", k))
+			if k == strings.ToLower(k) {
+				a.written = true
+				continue
+			}
+			faults = append(faults, fmt.Sprintf("annotation %s is not part of the injection contract (a typo would otherwise pass silently); the accepted keys are %s", k, strings.Join(acceptedAnnotations, ", ")))
 		default:
 			faults = append(faults, fmt.Sprintf("annotation %s is not part of the injection contract (a typo would otherwise pass silently); the accepted keys are %s", k, strings.Join(acceptedAnnotations, ", ")))
 		}
