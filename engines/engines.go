@@ -58,10 +58,17 @@ type Engine struct {
 	SourceEnv []string
 	// InjectedEnv are the variables the engine's fragment writes over the container's own.
 	InjectedEnv []string
+	// OverrideEnv are variables the engine's reader prefers to the projected file's values: set
+	// anywhere, they replace what the Binding configures, silently.
+	OverrideEnv []string
 	// RefusedFlags are refused for another reason (RefusedFlagReasons says why).
 	RefusedFlags []string
 	// Transports the engine's client accepts, in store spelling; nil means any single one.
 	Transports []string
+	// KVCacheDtypes are the --kv-cache-dtype spellings the released engine's parser accepts
+	// (its argparse choices): the Binding's dtype is handed over verbatim, and a spelling outside
+	// them makes the engine exit at start on an argument error. See the tables below.
+	KVCacheDtypes []string
 	// StagingBuffer is the host memory the client stages transfers in, in bytes; it is charged
 	// to the container and appears in no resources field. The vLLM family is given it as
 	// local_buffer_size (its readers' own defaults are GiB); SGLang's is its fixed default.
@@ -117,6 +124,24 @@ const (
 	SGLangStagingBuffer = 16 << 20
 )
 
+// The --kv-cache-dtype choices of the releases this project is checked against; test/readers
+// compares each list with the one the released code defines, so a new release that changes them
+// fails there first.
+var (
+	// vLLM 0.29.0: CacheDType in vllm/config/cache.py, as its CLI offers them (sorted).
+	vllmDtypes = []string{"auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+		"fp8_per_token_head", "int4_per_token_head", "int8_per_token_head", "nvfp4", "nvfp4_4over6",
+		"turboquant_3bit_nc", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_k8v4"}
+	// vLLM-Ascend 0.23.0.post1 defines none of its own: it runs inside vLLM 0.23.0's CLI, whose
+	// CacheDType lacks two of 0.29.0's (int4_per_token_head, nvfp4_4over6).
+	vllmAscendDtypes = []string{"auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+		"fp8_per_token_head", "int8_per_token_head", "nvfp4",
+		"turboquant_3bit_nc", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_k8v4"}
+	// SGLang 0.5.18: ServerArgs' --kv-cache-dtype choices in sglang/srt/server_args.py (no fp8,
+	// no float16; bf16 is its own).
+	sglangDtypes = []string{"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1"}
+)
+
 var (
 	vllmProgram   = Program{Executable: "vllm", Engine: "vLLM"}
 	sglangProgram = Program{Module: "sglang.launch_server", Engine: "SGLang"}
@@ -133,18 +158,23 @@ var (
 		SourceEnv:     []string{ConfigPathEnv},
 		InjectedEnv:   []string{ConfigPathEnv},
 		RefusedFlags:  []string{kvOffloadingSize},
+		KVCacheDtypes: vllmDtypes,
 		StagingBuffer: VLLMStagingBuffer,
 	}
 	VLLMAscend = Engine{
 		Name: "vLLM-Ascend", ID: "vllm-ascend", Vehicle: VehicleFile, Connector: "AscendStoreConnector",
-		ClientMode:    ClientModeStandalone,
-		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
-		Program:       Program{Executable: "vllm", Engine: "vLLM-Ascend"},
-		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
-		SourceEnv:     []string{ConfigPathEnv},
-		InjectedEnv:   []string{ConfigPathEnv},
+		ClientMode:  ClientModeStandalone,
+		Parser:      Parser{VLLMStyle: true, Known: VLLMKnownFlags},
+		Program:     Program{Executable: "vllm", Engine: "vLLM-Ascend"},
+		OwnedFlags:  []string{kvTransferConfig, DtypeFlag},
+		SourceEnv:   []string{ConfigPathEnv},
+		InjectedEnv: []string{ConfigPathEnv},
+		// vLLM-Ascend 0.23.0.post1's MooncakeBackend reads these two over the file's
+		// master_server_address and global_segment_size.
+		OverrideEnv:   []string{MasterEnv, GlobalSegmentSizeEnv},
 		RefusedFlags:  []string{kvOffloadingSize},
 		Transports:    []string{"ascend"},
+		KVCacheDtypes: vllmAscendDtypes,
 		StagingBuffer: VLLMStagingBuffer,
 	}
 	SGLang = Engine{
@@ -156,6 +186,7 @@ var (
 		SourceEnv:   []string{sglangConfigPathEnv},
 		InjectedEnv: []string{TenantEnv, MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv,
 			GlobalSegmentSizeEnv, LocalHostnameEnv},
+		KVCacheDtypes:         sglangDtypes,
 		StagingBuffer:         SGLangStagingBuffer,
 		HierarchicalCacheFlag: enableHierarchicalFlag,
 	}
@@ -213,6 +244,9 @@ func (e Engine) OtherPrograms() []Program {
 	}
 	return out
 }
+
+// AcceptsDtype reports whether the engine's --kv-cache-dtype takes the spelling dtype.
+func (e Engine) AcceptsDtype(dtype string) bool { return slices.Contains(e.KVCacheDtypes, dtype) }
 
 // AcceptsTransport reports whether the client accepts a store-spelled protocol.
 func (e Engine) AcceptsTransport(protocol string) bool {
@@ -354,6 +388,10 @@ func (e Engine) CheckLaunchEnv(l Launch) []EnvFinding {
 			out = append(out, EnvFinding{Class: ClassConfigSource, Message: fmt.Sprintf(
 				"the container's launch line assigns %s (%q through env), which selects where %s reads its store configuration from and would leave every injected value unread; remove it and let the Binding configure the store",
 				c.Name, c.Token, e.Name)})
+		case slices.Contains(e.OverrideEnv, c.Name):
+			out = append(out, EnvFinding{Class: ClassOwnedKey, Message: fmt.Sprintf(
+				"the container's launch line assigns %s (%q through env), which %s reads instead of the projected file's value, so the Binding's would be unread; remove it",
+				c.Name, c.Token, e.Name)})
 		case slices.Contains(e.InjectedEnv, c.Name):
 			out = append(out, EnvFinding{Class: ClassOwnedKey, Message: fmt.Sprintf(
 				"the container's launch line assigns %s (%q through env), which overrides the value injection writes at process level, where it cannot be written in place; remove the assignment and let the Binding set it",
@@ -361,4 +399,9 @@ func (e Engine) CheckLaunchEnv(l Launch) []EnvFinding {
 		}
 	}
 	return out
+}
+
+// OverrideEnvMessage is why a container's own declaration of an OverrideEnv variable is refused.
+func (e Engine) OverrideEnvMessage(name string) string {
+	return fmt.Sprintf("env %s is read by %s instead of the projected file's value, so the Binding's would be unread; remove it and let the Binding configure the store", name, e.Name)
 }

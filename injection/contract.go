@@ -39,7 +39,6 @@ var acceptedAnnotations = []string{AnnotationBinding, AnnotationEngine, Annotati
 const (
 	ReasonAnnotation           = "AnnotationInvalid"
 	ReasonDomainAnnotation     = "DomainAnnotation"
-	ReasonWrittenKey           = "WrittenKeySubmitted"
 	ReasonContainer            = "ContainerAmbiguous"
 	ReasonBindingNotFound      = "BindingNotFound"
 	ReasonBindingDeleting      = "BindingDeleting"
@@ -49,6 +48,7 @@ const (
 	ReasonNoEndpoint           = "EndpointNotPublished"
 	ReasonTransportMixed       = "NotSupportedTransport"
 	ReasonTransportUnsupported = "TransportUnsupported"
+	ReasonDtypeUnsupported     = "DtypeUnsupported"
 	ReasonConfigVolume         = "ConfigVolumeConflict"
 	ReasonLookupFailed         = "LookupFailed"
 )

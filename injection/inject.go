@@ -142,6 +142,11 @@ func (i *Injector) attach(ctx context.Context, lookup Lookup, namespace string, 
 	if rf != nil {
 		return nil, rf, nil
 	}
+	if dtypeOwned {
+		if rf := Dtype(a.engine, res.Binding); rf != nil {
+			return nil, rf, nil
+		}
+	}
 	ci := res.CacheInput(dtypeOwned)
 	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role})
 	if err != nil {
@@ -281,6 +286,12 @@ func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtyp
 		}
 	}
 	for _, v := range c.Env {
+		if slices.Contains(e.OverrideEnv, v.Name) {
+			faults = append(faults, e.OverrideEnvMessage(v.Name))
+			if reason == "" {
+				reason = engines.ClassOwnedKey
+			}
+		}
 		if slices.Contains(e.SourceEnv, v.Name) {
 			faults = append(faults, fmt.Sprintf("env %s selects where %s reads its store configuration from, which would leave every injected value unread; remove it and let the Binding configure the store", v.Name, e.Name))
 			if reason == "" {
@@ -450,6 +461,18 @@ func Transport(e engines.Engine, b *kvv1.KVCacheBackend, pool string) (string, *
 		return "", refuse(ReasonTransportMixed, "KVCachePool %q offers more than one transport, %s, and a %s client installs only one: a block on a group with another transport fails with NotSupportedTransport; make the backend's groups use one protocol or choose another pool", pool, describeOffers(offers), e.Name)
 	}
 	return offers[0].Protocol, nil
+}
+
+// Dtype checks that an engine's --kv-cache-dtype accepts the Binding's dtype, which injection
+// hands over verbatim while it owns the dtype. A Binding itself stays valid: another engine may
+// accept its spelling. ModelDeployment validation calls it too.
+func Dtype(e engines.Engine, b *kvv1.KVCachePoolBinding) *Refusal {
+	dtype := b.Spec.Domain.Dtype
+	if e.AcceptsDtype(dtype) {
+		return nil
+	}
+	return refuse(ReasonDtypeUnsupported, "KVCachePoolBinding %s/%s has the dtype %q, which %s does not accept for %s, so the engine would exit at start on an argument error; %s accepts %s: attach through a Binding whose domain's dtype %s accepts (a domain is immutable, so another dtype needs another Binding)",
+		b.Namespace, b.Name, dtype, e.Name, engines.DtypeFlag, e.Name, strings.Join(e.KVCacheDtypes, ", "), e.Name)
 }
 
 func lookupFailed(what string, err error) *Refusal {

@@ -425,16 +425,17 @@ func (v *ModelDeploymentValidator) validate(ctx context.Context, md *kvv1.ModelD
 		if err != nil {
 			return err
 		}
-		more, err := v.attachment(ctx, md, roleEngines, attaching)
+		value, err := settingValue(ctx, v.Reader, kvv1.SettingKVCacheDtypeOwned)
+		if err != nil {
+			return err
+		}
+		dtypeOwned := kvv1.DtypeOwned(value)
+		more, err := v.attachment(ctx, md, roleEngines, attaching, dtypeOwned)
 		if err != nil {
 			return err
 		}
 		errs = append(errs, more...)
-		more, err = v.ownedKeys(ctx, md, roleEngines)
-		if err != nil {
-			return err
-		}
-		errs = append(errs, more...)
+		errs = append(errs, ownedKeys(md, roleEngines, dtypeOwned)...)
 	}
 	return invalidObject(kindModelDeployment, md.Name, errs)
 }
@@ -488,7 +489,7 @@ func (v *ModelDeploymentValidator) roleEngines(ctx context.Context, md *kvv1.Mod
 
 // attachment resolves Binding -> pool -> backend and checks that every role's engine can use
 // the backend's transport, as injection does for a Pod.
-func (v *ModelDeploymentValidator) attachment(ctx context.Context, md *kvv1.ModelDeployment, roleEngines []roleEngine, attaching bool) (field.ErrorList, error) {
+func (v *ModelDeploymentValidator) attachment(ctx context.Context, md *kvv1.ModelDeployment, roleEngines []roleEngine, attaching, dtypeOwned bool) (field.ErrorList, error) {
 	bp := field.NewPath("spec", "kvCache", "poolRef", "name")
 	name := md.Spec.KVCache.PoolRef.Name
 	binding := &kvv1.KVCachePoolBinding{}
@@ -536,16 +537,21 @@ func (v *ModelDeploymentValidator) attachment(ctx context.Context, md *kvv1.Mode
 			continue
 		}
 		checked = append(checked, re.engine.ID)
+		prefix := ""
+		if re.engine.ID == engines.VLLMAscend.ID {
+			prefix = ascendRoles(md, roleEngines)
+		}
+		if dtypeOwned {
+			if rf := injection.Dtype(re.engine, binding); rf != nil {
+				errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
+			}
+		}
 		protocol, rf := injection.Transport(re.engine, backend, poolName)
 		if rf == nil {
 			errs = append(errs, fabricRules(md, protocol, poolName)...)
 			continue
 		}
-		msg := rf.Message
-		if re.engine.ID == engines.VLLMAscend.ID {
-			msg = ascendRoles(md, roleEngines) + msg
-		}
-		errs = append(errs, field.Invalid(bp, name, msg))
+		errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
 	}
 	return errs, nil
 }
@@ -569,16 +575,12 @@ func ascendRoles(md *kvv1.ModelDeployment, roleEngines []roleEngine) string {
 }
 
 // ownedKeys refuses, in every role, the flags and variables the cache attachment owns or that
-// would leave it unread, in every spelling the role's engine reads.
-func (v *ModelDeploymentValidator) ownedKeys(ctx context.Context, md *kvv1.ModelDeployment, roleEngines []roleEngine) (field.ErrorList, error) {
+// would leave it unread, in every spelling the role's engine reads, and a bare "--", behind
+// which the attachment's flags would be read as positionals.
+func ownedKeys(md *kvv1.ModelDeployment, roleEngines []roleEngine, dtypeOwned bool) field.ErrorList {
 	if roleEngines == nil {
-		return nil, nil
+		return nil
 	}
-	value, err := settingValue(ctx, v.Reader, kvv1.SettingKVCacheDtypeOwned)
-	if err != nil {
-		return nil, err
-	}
-	dtypeOwned := kvv1.DtypeOwned(value)
 	var errs field.ErrorList
 	rp := field.NewPath("spec", "roles")
 	for i, r := range md.Spec.Roles {
@@ -586,13 +588,21 @@ func (v *ModelDeploymentValidator) ownedKeys(ctx context.Context, md *kvv1.Model
 		for _, f := range e.FindRefusedFlags(nil, r.ExtraArgs, dtypeOwned) {
 			errs = append(errs, field.Forbidden(rp.Index(i).Child("extraArgs"), e.Message(f)))
 		}
+		for j, a := range r.ExtraArgs {
+			if a == "--" {
+				errs = append(errs, field.Forbidden(rp.Index(i).Child("extraArgs").Index(j), fmt.Sprintf(`a bare "--" makes %s read every argument after it as a positional argument, so the flags the cache attachment appends would not be read as flags; remove it`, e.Name)))
+			}
+		}
 		for j, env := range r.Env {
+			if slices.Contains(e.OverrideEnv, env.Name) {
+				errs = append(errs, field.Forbidden(rp.Index(i).Child("env").Index(j).Child("name"), e.OverrideEnvMessage(env.Name)))
+			}
 			if slices.Contains(e.SourceEnv, env.Name) {
 				errs = append(errs, field.Forbidden(rp.Index(i).Child("env").Index(j).Child("name"), fmt.Sprintf("%s selects where %s reads its store configuration from, which would leave every value the Binding configures unread; remove it and let the Binding configure the store", env.Name, e.Name)))
 			}
 		}
 	}
-	return errs, nil
+	return errs
 }
 
 // SettingValidator validates Settings.

@@ -548,6 +548,17 @@ func TestModelDeploymentValidator(t *testing.T) {
 		objs[1] = vtBackend("mooncake-dram", protocols...)
 		return objs
 	}
+	fp8Cluster := func() []client.Object {
+		objs := vtWalkthrough()
+		b := vtBinding("team-a", "team-a", "shared-dram", "")
+		b.Spec.Domain.Dtype = "fp8"
+		objs[3] = b
+		return objs
+	}
+	sglang := func(md *kvv1.ModelDeployment) *kvv1.ModelDeployment {
+		md.Spec.Engine = kvv1.Engine{Name: kvv1.EngineSGLang, Version: "0.5.18"}
+		return md
+	}
 	withRoles := func(roles ...kvv1.Role) *kvv1.ModelDeployment {
 		md := vtDeployment()
 		md.Spec.Roles = roles
@@ -713,6 +724,34 @@ func TestModelDeploymentValidator(t *testing.T) {
 				md.Spec.KVCache = &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "team-x"}}
 			},
 			want: []string{`spec.kvCache.poolRef.name: Not found: "team-x": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+		},
+		{
+			name:    "SGLang attached to a Binding in fp8, a spelling SGLang's --kv-cache-dtype lacks, is refused naming the ones it takes",
+			cluster: fp8Cluster(),
+			obj:     sglang(vtDeployment()),
+			want:    []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePoolBinding team-a/team-a has the dtype "fp8", which SGLang does not accept for --kv-cache-dtype, so the engine would exit at start on an argument error; SGLang accepts auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1: attach through a Binding whose domain's dtype SGLang accepts (a domain is immutable, so another dtype needs another Binding)`},
+		},
+		{
+			name:    "vLLM attached to the same fp8 Binding is admitted: the Binding stays valid for engines that take its dtype",
+			cluster: fp8Cluster(),
+			obj:     vtDeployment(),
+		},
+		{
+			name:    "SGLang on an fp8 Binding is admitted while the Setting leaves the dtype to containers",
+			cluster: append(fp8Cluster(), vtSetting(kvv1.SettingKVCacheDtypeOwned, "false")),
+			obj:     sglang(vtDeployment()),
+		},
+		{
+			name:    "a bare -- in a role's extraArgs is refused: the attachment's flags would become positionals",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--max-model-len", "8192", "--"}}),
+			want:    []string{`spec.roles[0].extraArgs[2]: Forbidden: a bare "--" makes vLLM read every argument after it as a positional argument, so the flags the cache attachment appends would not be read as flags; remove it`},
+		},
+		{
+			name:    "MOONCAKE_MASTER in a vLLM-Ascend role's env is refused: that engine reads it over the projected file",
+			cluster: append(cluster(kvv1.ProtocolCANN), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b", Env: []corev1.EnvVar{{Name: "MOONCAKE_MASTER", Value: "elsewhere:50051"}}}),
+			want:    []string{"spec.roles[0].env[0].name: Forbidden: env MOONCAKE_MASTER is read by vLLM-Ascend instead of the projected file's value, so the Binding's would be unread; remove it and let the Binding configure the store"},
 		},
 		{
 			name:   "removing a finalizer is admitted when the Binding has gone",
