@@ -182,5 +182,30 @@ func jsonMarshalCompact(v any) ([]byte, error) {
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return escapeUnprintable(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
+}
+
+// escapeUnprintable writes as \uXXXX the characters JSON leaves raw but YAML refuses in a
+// stream (DEL and the C1 controls other than NEL): the JSON a template emits is parsed as YAML,
+// and a value must never make the whole render fail. JSON's own escapes mean the same thing, so
+// the value is unchanged. Such characters can only occur inside JSON strings.
+func escapeUnprintable(b []byte) []byte {
+	if !bytes.ContainsFunc(b, yamlUnprintable) {
+		return b
+	}
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		if yamlUnprintable(r) {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.Bytes()
+}
+
+// yamlUnprintable reports the runes above the C0 controls (which JSON escapes itself) outside
+// YAML's printable set; the byte-order mark is refused inside a document as well.
+func yamlUnprintable(r rune) bool {
+	return r == 0x7f || (r >= 0x80 && r <= 0x9f && r != 0x85) || (r >= 0xd800 && r <= 0xdfff) || r == 0xfeff || r == 0xfffe || r == 0xffff
 }

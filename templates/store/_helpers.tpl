@@ -6,8 +6,8 @@ Context of each partial: (dict "Root" $ "Component" "<component>" ["Name" "<obje
 
 {{- define "store.selectorLabels" -}}
 app.kubernetes.io/name: kv-cache-backend
-app.kubernetes.io/instance: {{ .Root.Name }}
-app.kubernetes.io/component: {{ .Component }}
+app.kubernetes.io/instance: {{ toJson .Root.Name }}
+app.kubernetes.io/component: {{ toJson .Component }}
 {{- end }}
 
 {{- define "store.labels" -}}
@@ -16,8 +16,8 @@ app.kubernetes.io/managed-by: kvcache-operator
 {{- end }}
 
 {{- define "store.metadata" -}}
-name: {{ required "store.metadata needs a Name" .Name }}
-namespace: {{ .Root.Namespace }}
+name: {{ required "store.metadata needs a Name" .Name | toJson }}
+namespace: {{ toJson .Root.Namespace }}
 labels:
   {{- include "store.labels" . | nindent 2 }}
 ownerReferences:

@@ -146,6 +146,11 @@ func ValidateBackend(b *kvv1.KVCacheBackend, ctx BackendContext) field.ErrorList
 	spec := field.NewPath("spec")
 	errs = append(errs, enum(spec.Child("type"), string(b.Spec.Type), "Mooncake")...)
 	errs = append(errs, validateProtocol(spec.Child("transport", "protocol"), b.Spec.Transport.Protocol)...)
+	if b.Spec.Image != "" {
+		if e := imageReference(spec.Child("image"), b.Spec.Image); e != nil {
+			errs = append(errs, e)
+		}
+	}
 	if b.Spec.ImagePullPolicy != "" {
 		errs = append(errs, enum(spec.Child("imagePullPolicy"), string(b.Spec.ImagePullPolicy), "Always", "IfNotPresent", "Never")...)
 	}
@@ -212,6 +217,11 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 		}
 		if g.Transport != nil {
 			errs = append(errs, validateProtocol(gp.Child("transport", "protocol"), g.Transport.Protocol)...)
+		}
+		if g.Image != "" {
+			if e := imageReference(gp.Child("image"), g.Image); e != nil {
+				errs = append(errs, e)
+			}
 		}
 		if g.FabricInterfaceCount != nil && *g.FabricInterfaceCount < 1 {
 			errs = append(errs, field.Invalid(gp.Child("fabricInterfaceCount"), *g.FabricInterfaceCount, "must be at least 1"))

@@ -80,6 +80,9 @@ func ValidateSetting(s *kvv1.Setting) field.ErrorList {
 		if s.Spec.Value == "" {
 			return field.ErrorList{field.Required(vp, "name the store image, e.g. "+kvv1.DefaultKVCacheBackendImage)}
 		}
+		if e := imageReference(vp, s.Spec.Value); e != nil {
+			return field.ErrorList{e}
+		}
 	}
 	return nil
 }

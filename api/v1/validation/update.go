@@ -144,8 +144,11 @@ func ValidateModelDeployment(md *kvv1.ModelDeployment) field.ErrorList {
 		}
 		errs = append(errs, e)
 	}
-	if md.Spec.Engine.Version == "" {
+	switch v := md.Spec.Engine.Version; {
+	case v == "":
 		errs = append(errs, field.Required(ep.Child("version"), "name the engine version, e.g. 0.29.0: it selects the engine image and the store client bundled in it"))
+	case !engineVersion.MatchString(v):
+		errs = append(errs, field.Invalid(ep.Child("version"), v, "must be a version such as 0.29.0 (letters, digits, '.', '_' and '-'): it becomes the engine image's tag"))
 	}
 	if c := md.Spec.KVCache; c != nil && c.PoolRef.Name == "" {
 		errs = append(errs, field.Required(spec.Child("kvCache", "poolRef", "name"), "name a KVCachePoolBinding in this namespace, or remove spec.kvCache to run without a shared cache"))
@@ -203,6 +206,11 @@ func validateRoles(md *kvv1.ModelDeployment, rp *field.Path) field.ErrorList {
 	halves := map[kvv1.RoleKind]int{}
 	for i, r := range roles {
 		p := rp.Index(i)
+		if r.Image != "" {
+			if e := imageReference(p.Child("image"), r.Image); e != nil {
+				errs = append(errs, e)
+			}
+		}
 		np := p.Child("name")
 		switch {
 		case r.Name == "":

@@ -13,12 +13,12 @@ suites install (pointed at a local server). Context: a dict with
 {{- define "kvcache.webhook.clientConfig" -}}
 clientConfig:
   service:
-    name: {{ .Root.Service }}
-    namespace: {{ .Root.Namespace }}
-    path: {{ .Path }}
+    name: {{ toJson .Root.Service }}
+    namespace: {{ toJson .Root.Namespace }}
+    path: {{ toJson .Path }}
     port: 443
   {{- with .Root.CABundle }}
-  caBundle: {{ . }}
+  caBundle: {{ toJson . }}
   {{- end }}
 {{- end }}
 
@@ -43,7 +43,7 @@ namespaceSelector:
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
 metadata:
-  name: {{ .Name }}
+  name: {{ toJson .Name }}
   {{- with .Labels }}
   labels:
     {{- toYaml . | nindent 4 }}
@@ -74,7 +74,7 @@ webhooks:
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
 metadata:
-  name: {{ .Name }}
+  name: {{ toJson .Name }}
   {{- with .Labels }}
   labels:
     {{- toYaml . | nindent 4 }}
