@@ -1,0 +1,110 @@
+package leader
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// LabelStoreLeader is set on the launcher's own Pod: "true" while it leads, "false" otherwise,
+// so users and tools can select the serving leader Pod.
+const LabelStoreLeader = "kvcache.gpustack.ai/store-leader"
+
+// Defaults for the election timing, chosen for the two failover budgets:
+//   - graceful (the leader is stopped): the Lease is released, and a standby retries every
+//     RetryPeriod to RetryPeriod*2.2 (client-go's jitter), so it takes over within ~2.2 s;
+//   - crash (the leader Pod dies): a standby takes over once the Lease it last saw is
+//     LeaseDuration old, at worst LeaseDuration + 2 retries (~14.4 s), leaving room within
+//     20 s for the master to start and members to re-register.
+//
+// RenewDeadline is how long the leader tolerates failing renewals before it kills its master;
+// the 3 s between it and LeaseDuration is the margin that keeps two masters from serving at
+// once. A shorter LeaseDuration would make an API server outage of a few seconds stop the
+// serving master (and lose its cache); a longer one slows crash failover.
+const (
+	DefaultLeaseDuration = 10 * time.Second
+	DefaultRenewDeadline = 7 * time.Second
+	DefaultRetryPeriod   = 1 * time.Second
+	// DefaultStopGrace bounds a graceful master stop (it measured 0.3-0.6 s after SIGTERM).
+	DefaultStopGrace = 3 * time.Second
+)
+
+// Config is one launcher: which Lease it campaigns for, as whom, and which master it runs.
+type Config struct {
+	// Client reaches the API server; it needs leases create/get/update in LeaseNamespace and,
+	// when PodName is set, pods patch in PodNamespace.
+	Client kubernetes.Interface
+
+	LeaseNamespace, LeaseName string
+	// Identity is written as the Lease's holderIdentity: the Pod's name, so the holder names
+	// the Pod.
+	Identity string
+	// PodNamespace/PodName is the launcher's own Pod, labelled with LabelStoreLeader. An empty
+	// PodName writes no label (out-of-cluster runs).
+	PodNamespace, PodName string
+
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// StopGrace is how long a graceful stop waits after SIGTERM before it SIGKILLs the master.
+	StopGrace time.Duration
+
+	// Command is the master's argv; it inherits this process's environment.
+	Command []string
+	// Stdout and Stderr receive the master's output (nil: discarded).
+	Stdout, Stderr io.Writer
+
+	Log logr.Logger
+}
+
+// ValidateTiming checks the election durations as client-go's elector will, plus what the
+// Lease can store: its duration is a whole number of seconds, and a fraction would be
+// truncated, letting a standby take over before the leader gives up.
+func ValidateTiming(leaseDuration, renewDeadline, retryPeriod, stopGrace time.Duration) error {
+	var errs []error
+	if leaseDuration < time.Second || leaseDuration%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("lease duration %s: must be a whole number of seconds, at least 1s (the Lease stores whole seconds)", leaseDuration))
+	}
+	if renewDeadline <= 0 {
+		errs = append(errs, fmt.Errorf("renew deadline %s: must be positive", renewDeadline))
+	}
+	if retryPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("retry period %s: must be positive", retryPeriod))
+	}
+	if leaseDuration <= renewDeadline {
+		errs = append(errs, fmt.Errorf("lease duration %s must be greater than renew deadline %s (the gap is the time a lost leader has to stop its master before a standby may start one)", leaseDuration, renewDeadline))
+	}
+	if renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(retryPeriod)) {
+		errs = append(errs, fmt.Errorf("renew deadline %s must be greater than %.1f x retry period %s", renewDeadline, leaderelection.JitterFactor, retryPeriod))
+	}
+	if stopGrace < 0 {
+		errs = append(errs, fmt.Errorf("stop grace %s: must not be negative", stopGrace))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("no API client"))
+	}
+	if c.LeaseNamespace == "" || c.LeaseName == "" {
+		errs = append(errs, errors.New("the Lease needs a namespace and a name"))
+	}
+	if c.Identity == "" {
+		errs = append(errs, errors.New("empty identity"))
+	}
+	if c.PodName != "" && c.PodNamespace == "" {
+		errs = append(errs, errors.New("a Pod name without a namespace"))
+	}
+	if len(c.Command) == 0 || c.Command[0] == "" {
+		errs = append(errs, errors.New("no master command"))
+	}
+	if err := ValidateTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod, c.StopGrace); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
