@@ -54,6 +54,10 @@ type StoreInput struct {
 	BackendImageSetting string
 	// Tenants seed the master's ledger (multi-tenancy only).
 	Tenants []Tenant
+	// OperatorImage is the operator's own image: an electing leader Pod copies the launcher
+	// (`kvcache elect`) out of it into the stock store image. "" means values' default, the
+	// chart's.
+	OperatorImage string
 }
 
 // storeValues is the typed data the store templates lay out.
@@ -73,8 +77,12 @@ type storeValues struct {
 }
 
 type leaderValues struct {
-	Name           string
-	Image          string
+	Name  string
+	Image string
+	// LauncherImage is the operator's image the launcher is copied from ("" when not electing).
+	LauncherImage  string
+	LauncherPath   string
+	LauncherDir    string
 	Replicas       int32
 	RollingUpdate  bool
 	Electing       bool
@@ -103,6 +111,16 @@ type fabricValues struct {
 	ResourceName string
 	Count        int32
 }
+
+// The launcher an electing leader Pod runs: copied by an init container from the operator's
+// image into LauncherDir, an emptyDir the leader container runs it from. It reads the Pod's
+// identity from the two variables (the Lease holder names the Pod).
+const (
+	MasterCommand           = "mooncake_master"
+	LauncherDir             = "/opt/kvcache"
+	LauncherPodNameEnv      = "POD_NAME"
+	LauncherPodNamespaceEnv = "POD_NAMESPACE"
+)
 
 // LeaderName is the leader Deployment, Service, Lease and ServiceAccount name of a backend.
 func LeaderName(backend string) string { return backend + "-leader" }
@@ -169,14 +187,25 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		leader.PolicyConfig = QuotaPolicyName(b.Name)
 		v.Tenants = sortedTenants(in.Tenants)
 	}
-	leader.Args = leaderArgs(b.Name, ns, l, d)
-	leader.Env = leaderEnv(l)
+	leader.Args = leaderArgs(l, d)
+	leader.Env = l.ExtraEnv
+	if leader.Electing {
+		leader.LauncherImage = in.OperatorImage
+		if leader.LauncherImage == "" {
+			leader.LauncherImage = d.OperatorImage
+		}
+		leader.LauncherDir = LauncherDir
+		leader.LauncherPath = LauncherDir + "/kvcache"
+		// The launcher runs the master; the Lease names the Pod.
+		leader.Args = append([]string{"elect", "--lease-name=" + LeaderName(b.Name), "--"}, append([]string{MasterCommand}, leader.Args...)...)
+		leader.Env = append([]corev1.EnvVar{fieldEnv(LauncherPodNameEnv, "metadata.name"), fieldEnv(LauncherPodNamespaceEnv, "metadata.namespace")}, leader.Env...)
+	}
 	v.Leader = leader
 
+	// Members reach the master through the leader Service, whichever Pod serves it: a member
+	// re-registers by itself when a new master answers at the same address. (Lease addressing
+	// names k8s://, which no published member reads; admission refuses it.)
 	master := ClientEndpoint(b.Name, ns, d)
-	if l.MemberAddressing == kvv1.AddressingLease {
-		master = fmt.Sprintf("k8s://%s/%s", ns, LeaderName(b.Name))
-	}
 	for i, g := range m.Members {
 		mv, err := memberValuesFor(b, i, g, master, in.BackendImageSetting, d)
 		if err != nil {
@@ -187,31 +216,21 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	return v, nil
 }
 
-// leaderArgs are mooncake_master's flags in the documented order; extraArgs come last.
-func leaderArgs(backend, ns string, l kvv1.Leader, d values.Defaults) []string {
+// leaderArgs are mooncake_master's flags in the documented order; extraArgs come last. The
+// master runs in its plain mode whether or not the leader elects: the election is the
+// launcher's, since no published store build has a Kubernetes HA backend.
+func leaderArgs(l kvv1.Leader, d values.Defaults) []string {
 	args := []string{
 		fmt.Sprintf("-rpc_port=%d", d.Store.RPCPort),
 		fmt.Sprintf("-metrics_port=%d", d.Store.AdminPort),
 		"-default_kv_lease_ttl=" + d.Store.DefaultKVLeaseTTL,
+		"-allocation_strategy=" + allocationFlag(l.AllocationStrategy),
 	}
-	if l.Electing() {
-		args = append(args,
-			"-enable_ha=true",
-			"-ha_backend_type=k8s",
-			fmt.Sprintf("-ha_backend_connstring=%s/%s", ns, LeaderName(backend)),
-			"-rpc_address=$(KUBERNETES_POD_IP)",
-			"-cluster_id="+LeaderName(backend),
-		)
-	}
-	args = append(args, "-allocation_strategy="+allocationFlag(l.AllocationStrategy))
 	if l.MultiTenancyEnabled() {
 		args = append(args,
 			"-enable_multi_tenants=true",
 			fmt.Sprintf("-tenant_quota_connector_uri=%s/%s", d.Store.TenantQuotaDir, d.Store.TenantQuotaFile),
 		)
-	}
-	if l.Electing() {
-		args = append(args, "-pod_name=$(KUBERNETES_POD_NAME)", "-pod_namespace=$(KUBERNETES_POD_NAMESPACE)")
 	}
 	return append(args, l.ExtraArgs...)
 }
@@ -222,20 +241,6 @@ func allocationFlag(s kvv1.AllocationStrategy) string {
 		return "random"
 	}
 	return "free_ratio_first"
-}
-
-// leaderEnv gives an electing master its own address and identity through the downward API
-// (the args reference them as $(VAR)), then the user's extraEnv.
-func leaderEnv(l kvv1.Leader) []corev1.EnvVar {
-	var env []corev1.EnvVar
-	if l.Electing() {
-		env = append(env,
-			fieldEnv("KUBERNETES_POD_IP", "status.podIP"),
-			fieldEnv("KUBERNETES_POD_NAME", "metadata.name"),
-			fieldEnv("KUBERNETES_POD_NAMESPACE", "metadata.namespace"),
-		)
-	}
-	return append(env, l.ExtraEnv...)
 }
 
 func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, setting string, d values.Defaults) (memberValues, error) {

@@ -43,6 +43,9 @@ type ModelDeployment struct {
 
 // Defaults is the parsed defaults.yaml.
 type Defaults struct {
+	// OperatorImage is the operator's own image as the chart installs it by default: the image
+	// electing leader Pods copy the launcher from when the manager is not told its own.
+	OperatorImage   string          `json:"operatorImage"`
 	Store           Store           `json:"store"`
 	ModelDeployment ModelDeployment `json:"modelDeployment"`
 }

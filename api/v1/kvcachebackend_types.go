@@ -77,7 +77,8 @@ type ElectionBackend string
 
 // Election backends.
 const (
-	// ElectionKubernetes elects through a coordination.k8s.io Lease.
+	// ElectionKubernetes elects through a coordination.k8s.io Lease: the operator's launcher runs
+	// the stock master only in the Pod that holds it.
 	ElectionKubernetes ElectionBackend = "Kubernetes"
 	// ElectionNone runs a single master with no election.
 	ElectionNone ElectionBackend = "None"
@@ -92,7 +93,8 @@ const (
 	// AddressingService points members at the leader Service, which only ever has the ready
 	// (serving) leader behind it.
 	AddressingService MemberAddressing = "Service"
-	// AddressingLease makes members read the current Lease holder through the API server.
+	// AddressingLease would hand members a k8s:// master address, which only store builds with a
+	// Kubernetes HA backend read; no published build has one, so admission refuses it.
 	AddressingLease MemberAddressing = "Lease"
 )
 
@@ -200,13 +202,16 @@ type Leader struct {
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// ElectionBackend: Kubernetes (a Lease, the default) or None (no election; replicas must be 1).
+	// ElectionBackend: Kubernetes (the default: the operator's launcher, copied into the leader
+	// Pod from the operator's image, holds a Lease and runs the stock master only while it
+	// leads) or None (no election; replicas must be 1).
 	// +kubebuilder:default=Kubernetes
 	// +optional
 	ElectionBackend ElectionBackend `json:"electionBackend,omitempty"`
 
 	// MemberAddressing: how members find the master. Service (the default) uses the leader
-	// Service; Lease reads the current holder through the member's API access.
+	// Service, behind which only the serving master is ready; members re-register by themselves
+	// after a failover. Lease is refused: no published member reads a k8s:// address.
 	// +kubebuilder:default=Service
 	// +optional
 	MemberAddressing MemberAddressing `json:"memberAddressing,omitempty"`

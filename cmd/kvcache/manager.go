@@ -62,6 +62,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.CertDir, "cert-dir", "", "directory holding tls.crt and tls.key for the webhook server (reloaded when they change); default: the system temp dir's k8s-webhook-server/serving-certs")
 	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to (\"0\" disables it)")
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address /healthz and /readyz bind to")
+	f.StringVar(&o.OperatorImage, "operator-image", defaultOperatorImage(), "the manager's own image: electing leader Pods copy the store launcher (kvcache elect) out of it (the chart sets it)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one replica to run the controllers (webhooks serve on every replica)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs")
 	f.StringVar(&certMode, "cert-mode", "external", "self: create and rotate the webhook CA and serving certificate in --cert-secret-name and keep the webhook configurations' caBundle current; external: certificates in --cert-dir come from elsewhere (cert-manager, a Secret) and are reloaded when they change")

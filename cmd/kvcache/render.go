@@ -20,6 +20,7 @@ import (
 type renderOptions struct {
 	files           []string
 	systemNamespace string
+	operatorImage   string
 	output          string
 }
 
@@ -38,8 +39,18 @@ The output is what the operator applies: both call the same renderer.`,
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifest file to render (repeatable; - reads stdin)")
 	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace the managed store runs in")
+	cmd.Flags().StringVar(&o.operatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from (the manager's --operator-image; default: the chart's)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	return cmd
+}
+
+// defaultOperatorImage is the image the chart installs by default.
+func defaultOperatorImage() string {
+	d, err := values.Load()
+	if err != nil {
+		return ""
+	}
+	return d.OperatorImage
 }
 
 // run renders everything and returns the complete output; nothing is printed unless all of it
@@ -66,7 +77,7 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	objs, err := renderAll(r, in, o.systemNamespace)
+	objs, err := renderAll(r, in, o.systemNamespace, o.operatorImage)
 	if err != nil {
 		return nil, invalidErrorf("invalid: %v", err)
 	}
@@ -79,7 +90,7 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 
 // renderAll renders the store of every backend; the pools and Bindings on a backend seed its
 // tenant ledger.
-func renderAll(r *generator.Renderer, in *apiInput, ns string) ([]generator.Object, error) {
+func renderAll(r *generator.Renderer, in *apiInput, ns, operatorImage string) ([]generator.Object, error) {
 	settings := in.settingValues()
 	var all []generator.Object
 	backends := slices.Clone(in.backends)
@@ -91,6 +102,7 @@ func renderAll(r *generator.Renderer, in *apiInput, ns string) ([]generator.Obje
 			SystemNamespace:     ns,
 			BackendImageSetting: settings["kv-cache-backend-image"],
 			Tenants:             generator.TenantsFor(b.Name, in.pools, in.bindings),
+			OperatorImage:       operatorImage,
 		})
 		if err != nil {
 			return nil, err

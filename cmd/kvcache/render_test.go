@@ -159,3 +159,15 @@ func TestRenderUsageErrors(t *testing.T) {
 	code, _, _ = kvcache(t, "", "render", "--no-such-flag")
 	assert.Equal(t, exitUsage, code)
 }
+
+// An electing leader Pod copies the launcher out of the operator image: the chart's by default,
+// the given one with --operator-image, as the manager's flag of the same name does.
+func TestRenderOperatorImage(t *testing.T) {
+	code, out, errOut := kvcache(t, "", "render")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "image: gpustack/kvcache-operator:0.1.0\n        name: kvcache-launcher")
+	code, out, errOut = kvcache(t, "", "render", "--operator-image", "registry.example/kvcache:9")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "image: registry.example/kvcache:9\n        name: kvcache-launcher")
+	assert.NotContains(t, out, "gpustack/kvcache-operator")
+}

@@ -61,6 +61,9 @@ type Options struct {
 	HealthProbeBindAddress string
 	// LeaderElect elects one replica to run the controllers; webhooks serve on every replica.
 	LeaderElect bool
+	// OperatorImage is the manager's own image, which electing leader Pods copy the store
+	// launcher from; "" renders values' default (the chart's).
+	OperatorImage string
 	// DisableControllers serves the webhooks alone (webhook test suites; a webhook-only
 	// deployment). DisableWebhooks runs the controllers alone (controller test suites).
 	DisableControllers bool
@@ -269,7 +272,7 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	}
 	recorder := mgr.GetEventRecorder("kvcache-operator")
 	if err := (&backend.Reconciler{
-		Client: mgr.GetClient(), Renderer: r, SystemNamespace: o.SystemNamespace,
+		Client: mgr.GetClient(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
 		Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return err

@@ -45,6 +45,9 @@ type Reconciler struct {
 	Renderer *generator.Renderer
 	// SystemNamespace is where managed stores run.
 	SystemNamespace string
+	// OperatorImage is the operator's own image, which electing leader Pods copy the launcher
+	// from ("" renders the default).
+	OperatorImage string
 	// Admin returns the admin client of a backend's store (tests point it elsewhere).
 	Admin func(b *kvv1.KVCacheBackend) store.Admin
 	// Recorder emits the events an operator must notice.
@@ -300,7 +303,7 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 
 // storeInput gathers what the render depends on: the image Setting and the ledger's tenants.
 func (r *Reconciler) storeInput(ctx context.Context, b *kvv1.KVCacheBackend) (generator.StoreInput, error) {
-	in := generator.StoreInput{Backend: b, SystemNamespace: r.SystemNamespace}
+	in := generator.StoreInput{Backend: b, SystemNamespace: r.SystemNamespace, OperatorImage: r.OperatorImage}
 	setting := &kvv1.Setting{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheBackendImage}, setting); {
 	case err == nil:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/internal/golden"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/values"
 )
 
 const (
@@ -140,4 +141,33 @@ func TestChartLabelsEveryObject(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The image electing leader Pods copy the launcher from is, by default, the operator image the
+// chart installs (its repository and appVersion): kvcache render and the chart agree, and the
+// chart hands the manager its own image.
+func TestDefaultOperatorImageIsTheChartsImage(t *testing.T) {
+	dir := chartDir()
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	var vals struct {
+		Image struct {
+			Repository string `json:"repository"`
+			Tag        string `json:"tag"`
+		} `json:"image"`
+	}
+	for file, into := range map[string]any{"Chart.yaml": &chart, "values.yaml": &vals} {
+		raw, err := os.ReadFile(filepath.Join(dir, file))
+		require.NoError(t, err)
+		require.NoError(t, yaml.Unmarshal(raw, into))
+	}
+	require.Empty(t, vals.Image.Tag, "the chart's tag defaults to its appVersion")
+	d, err := values.Load()
+	require.NoError(t, err)
+	image := vals.Image.Repository + ":" + chart.AppVersion
+	assert.Equal(t, image, d.OperatorImage)
+
+	out := template(t)
+	assert.Contains(t, out, "- --operator-image="+image, "the manager is told its own image")
 }

@@ -213,7 +213,7 @@ func TestHighAvailabilityScalesWithoutReplacingTheLeader(t *testing.T) {
 	})
 	require.NoError(t, env.Client.Get(ctx, leaderKey("ha-late"), d))
 	assert.Equal(t, int32(1), *d.Spec.Replicas)
-	assert.Contains(t, d.Spec.Template.Spec.Containers[0].Args, "-enable_ha=true")
+	assert.Equal(t, []string{"elect", "--lease-name=ha-late-leader", "--", "mooncake_master"}, d.Spec.Template.Spec.Containers[0].Args[:4], "the electing template runs the master under the launcher")
 	rollOutLeader(t, "ha-late") // the Deployment controller finished the template
 	require.Eventually(t, func() bool {
 		return env.Client.Get(ctx, leaderKey("ha-late"), d) == nil && *d.Spec.Replicas == 3

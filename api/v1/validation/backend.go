@@ -24,7 +24,7 @@ const (
 // Reasons a flag may not be passed through leader.extraArgs, by flag key (no dashes).
 const (
 	reasonDerivedPorts    = "the operator sets it: the Service, probes and endpoints depend on the master's ports"
-	reasonDerivedElection = "the operator derives it from leader.electionBackend and the leader's Lease; set electionBackend instead"
+	reasonDerivedElection = "high availability is the operator's launcher holding the leader's Lease, and the master runs in its plain mode (no published store build has a Kubernetes HA backend); set leader.electionBackend and leader.replicas instead"
 	reasonDerivedAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
 	reasonDerivedTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
 	reasonSnapshot        = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
@@ -109,7 +109,8 @@ func leaderFlagRefusal(key string) string {
 // Environment the operator owns in the store containers, with why; extraEnv may not set it.
 const (
 	envFromSpec    = "the operator sets it from the backend's spec"
-	envFromPod     = "the operator sets it from the Pod itself (the downward API) for the election flags"
+	envFromPod     = "the operator sets it from the Pod itself (the downward API)"
+	envLauncher    = "the operator sets it from the Pod itself (the downward API): the launcher names the Lease holder by it"
 	envMetric      = "the operator turns transfer-engine metrics on for every member"
 	envDeviceUnset = "the operator leaves it unset on purpose: empty means every device, the only value right for every host of a group, since device names differ per host"
 )
@@ -123,7 +124,7 @@ var (
 		"MOONCAKE_CONFIG_PATH": "a configuration file would replace every MOONCAKE_* variable the operator sets",
 	}
 	derivedLeaderEnv = map[string]string{
-		"KUBERNETES_POD_IP": envFromPod, "KUBERNETES_POD_NAME": envFromPod, "KUBERNETES_POD_NAMESPACE": envFromPod,
+		"POD_NAME": envLauncher, "POD_NAMESPACE": envLauncher,
 	}
 	// Store client attributes a member's -D key=value could override; the operator sets each
 	// through the environment.
@@ -184,8 +185,8 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 	if !l.Electing() && replicas > 1 {
 		errs = append(errs, field.Invalid(lp.Child("replicas"), replicas, "more than one leader replica needs electionBackend: Kubernetes, because standbys take over through the Lease; set replicas: 1 or electionBackend: Kubernetes"))
 	}
-	if !l.Electing() && l.MemberAddressing == kvv1.AddressingLease {
-		errs = append(errs, field.Invalid(lp.Child("memberAddressing"), l.MemberAddressing, "Lease addressing reads the election Lease, which electionBackend: None does not hold; set memberAddressing: Service or electionBackend: Kubernetes"))
+	if l.MemberAddressing == kvv1.AddressingLease {
+		errs = append(errs, field.Invalid(lp.Child("memberAddressing"), l.MemberAddressing, "Lease addressing hands members a k8s://<namespace>/<lease> master address, which no published Mooncake member reads (it exits with Invalid HA backend entry); set memberAddressing: Service, the default: members reach whichever master serves through the leader Service and re-register by themselves after a failover"))
 	}
 	errs = append(errs, validateLeaderArgs(lp.Child("extraArgs"), l.ExtraArgs)...)
 	errs = append(errs, validateExtraEnv(lp.Child("extraEnv"), l.ExtraEnv, derivedLeaderEnv)...)

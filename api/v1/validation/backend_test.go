@@ -27,7 +27,7 @@ const (
 // changed message fails a test.
 const (
 	wantReasonPorts    = "the operator sets it: the Service, probes and endpoints depend on the master's ports"
-	wantReasonElection = "the operator derives it from leader.electionBackend and the leader's Lease; set electionBackend instead"
+	wantReasonElection = "high availability is the operator's launcher holding the leader's Lease, and the master runs in its plain mode (no published store build has a Kubernetes HA backend); set leader.electionBackend and leader.replicas instead"
 	wantReasonAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
 	wantReasonTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
 	wantReasonSnapshot = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
@@ -190,10 +190,6 @@ func TestValidateBackend(t *testing.T) {
 			},
 		},
 		{
-			name:   "Lease addressing with a Kubernetes election passes",
-			mutate: func(b *kvv1.KVCacheBackend) { leader(b).MemberAddressing = kvv1.AddressingLease },
-		},
-		{
 			name: "the allowed leader extraArgs -default_kv_lease_ttl=10m and -metrics_host=0.0.0.0 pass",
 			mutate: func(b *kvv1.KVCacheBackend) {
 				leader(b).ExtraArgs = []string{"-default_kv_lease_ttl=10m", "-metrics_host=0.0.0.0"}
@@ -309,12 +305,9 @@ func TestValidateBackend(t *testing.T) {
 			want: []string{leaderPath + ".replicas: Invalid value: 3: more than one leader replica needs electionBackend: Kubernetes, because standbys take over through the Lease; set replicas: 1 or electionBackend: Kubernetes"},
 		},
 		{
-			name: "Lease addressing with electionBackend None is refused",
-			mutate: func(b *kvv1.KVCacheBackend) {
-				leader(b).ElectionBackend = kvv1.ElectionNone
-				leader(b).MemberAddressing = kvv1.AddressingLease
-			},
-			want: []string{leaderPath + `.memberAddressing: Invalid value: "Lease": Lease addressing reads the election Lease, which electionBackend: None does not hold; set memberAddressing: Service or electionBackend: Kubernetes`},
+			name:   "Lease addressing is refused: no published member reads a k8s:// master address",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).MemberAddressing = kvv1.AddressingLease },
+			want:   []string{leaderPath + `.memberAddressing: Invalid value: "Lease": Lease addressing hands members a k8s://<namespace>/<lease> master address, which no published Mooncake member reads (it exits with Invalid HA backend entry); set memberAddressing: Service, the default: members reach whichever master serves through the leader Service and re-register by themselves after a failover`},
 		},
 		{
 			name:   "an unknown electionBackend is refused",
@@ -542,13 +535,13 @@ func TestValidateBackend(t *testing.T) {
 	// Every derived variable, in the extraEnv of the container that derives it, with its reason.
 	const (
 		fromSpec = "the operator sets it from the backend's spec"
-		fromPod  = "the operator sets it from the Pod itself (the downward API) for the election flags"
+		fromPod  = "the operator sets it from the Pod itself (the downward API)"
 	)
-	for _, name := range []string{"KUBERNETES_POD_IP", "KUBERNETES_POD_NAME", "KUBERNETES_POD_NAMESPACE"} {
+	for _, name := range []string{"POD_NAME", "POD_NAMESPACE"} {
 		tests = append(tests, tc{
-			name:   fmt.Sprintf("a leader extraEnv naming the derived %s is refused", name),
+			name:   fmt.Sprintf("a leader extraEnv naming the launcher's %s is refused", name),
 			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ExtraEnv = []corev1.EnvVar{{Name: name, Value: "x"}} },
-			want:   []string{fmt.Sprintf("%s.extraEnv[0].name: Forbidden: %s: %s; remove it from extraEnv", leaderPath, name, fromPod)},
+			want:   []string{fmt.Sprintf("%s.extraEnv[0].name: Forbidden: %s: the operator sets it from the Pod itself (the downward API): the launcher names the Lease holder by it; remove it from extraEnv", leaderPath, name)},
 		})
 	}
 	for name, why := range map[string]string{
