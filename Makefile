@@ -6,7 +6,7 @@ TOOLS := hack/tools.sh
 CRD_DIR := config/crd
 GO_TEST_FLAGS ?=
 
-.PHONY: all build demo generate verify-generate test test-unit snapshots lint tools mooncake clean
+.PHONY: all build demo generate verify-generate test test-unit snapshots lint tools images cluster-up cluster-down mooncake clean
 
 all: build
 
@@ -36,8 +36,19 @@ verify-generate: generate
 tools:
 	$(TOOLS) all
 
-## test: the whole suite: unit, snapshots, envtest against a real kube-apiserver, real store
-test: tools
+## images: the operator, store and stand-in engine images as OCI archives (cached; no registry)
+images:
+	hack/images.sh build
+
+## cluster-up / cluster-down: the real two-node Kubernetes of hack/cluster.sh (host processes)
+cluster-up: tools
+	hack/cluster.sh up
+cluster-down:
+	hack/cluster.sh down
+
+## test: the whole suite: unit, snapshots, envtest against a real kube-apiserver, real store,
+## and the real cluster (test/cluster starts and stops its own unless one is up)
+test: tools images
 	export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)" KVCACHE_HELM="$$($(TOOLS) path helm)"; \
 	go test $(GO_TEST_FLAGS) ./...
 

@@ -2,14 +2,17 @@
 # Builds and caches the tools the tests need, from the Go module proxy only (this project's
 # machines reach no other download site): a real kube-apiserver, etcd and kubectl for envtest,
 # helm for the chart, controller-gen for `make generate` and golangci-lint for `make lint`.
+# `cluster` adds what hack/cluster.sh runs: the node and control-plane binaries, CoreDNS,
+# crictl and the sandbox (pause) program.
 #
 # Binaries live outside the repository, keyed by version, so clean clones and CI reuse them:
 #   ${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}/<tool>-<version>/<tool>
 #
 # Usage:
-#   hack/tools.sh [all]      build whatever is missing (in parallel), print nothing else
+#   hack/tools.sh [all]      build whatever is missing (in parallel), the cluster set included; print nothing else
 #   hack/tools.sh assets     build the envtest set if missing; print the KUBEBUILDER_ASSETS dir
 #   hack/tools.sh path TOOL  build TOOL if missing; print its absolute path
+#   hack/tools.sh cluster    build the cluster set if missing (hack/cluster.sh calls it)
 set -euo pipefail
 
 K8S_VERSION=v1.37.2          # kube-apiserver and kubectl
@@ -18,6 +21,16 @@ ETCD_VERSION=v3.7.3
 HELM_VERSION=v3.22.0
 CONTROLLER_GEN_VERSION=v0.23.0
 GOLANGCI_LINT_VERSION=v2.15.0
+CRI_TOOLS_VERSION=v1.37.0    # crictl
+# CoreDNS is built from the pinned module in hack/cluster/coredns (only the plugins the cluster
+# uses); its version is the one that module requires.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+COREDNS_MODULE=$HERE/cluster/coredns
+COREDNS_VERSION=$(awk '$1 == "require" {$1 = ""; $0 = $0} $1 == "github.com/coredns/coredns" {print $2}' "$COREDNS_MODULE/go.mod")
+[ -n "$COREDNS_VERSION" ] || { echo "tools: no github.com/coredns/coredns requirement in $COREDNS_MODULE/go.mod" >&2; exit 1; }
+# The sandbox image's program: build/pause/linux/pause.c from the k8s.io/kubernetes module zip,
+# tagged as kubeadm's constants name it for this release.
+PAUSE_VERSION=3.10.2
 
 TOOLS_DIR=${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}
 mkdir -p "$TOOLS_DIR"
@@ -26,11 +39,15 @@ log() { echo "tools: $*" >&2; }
 
 tool_path() {
   case "$1" in
-    kube-apiserver|kubectl) echo "$TOOLS_DIR/$1-$K8S_VERSION/$1" ;;
+    kube-apiserver|kubectl|kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
+      echo "$TOOLS_DIR/$1-$K8S_VERSION/$1" ;;
     etcd) echo "$TOOLS_DIR/etcd-$ETCD_VERSION/etcd" ;;
     helm) echo "$TOOLS_DIR/helm-$HELM_VERSION/helm" ;;
     controller-gen) echo "$TOOLS_DIR/controller-gen-$CONTROLLER_GEN_VERSION/controller-gen" ;;
     golangci-lint) echo "$TOOLS_DIR/golangci-lint-$GOLANGCI_LINT_VERSION/golangci-lint" ;;
+    coredns) echo "$TOOLS_DIR/coredns-$COREDNS_VERSION/coredns" ;;
+    crictl) echo "$TOOLS_DIR/crictl-$CRI_TOOLS_VERSION/crictl" ;;
+    pause) echo "$TOOLS_DIR/pause-$PAUSE_VERSION/pause" ;;
     *) log "unknown tool $1"; exit 2 ;;
   esac
 }
@@ -47,6 +64,8 @@ install_built() {
 # version instead; the staging list is read from kubernetes' own go.mod.
 # Each builder runs in its own subshell (the "( ... )" bodies), so its scratch directory and EXIT
 # trap end with it.
+# build_k8s CMD...: the k8s.io/kubernetes/cmd/<CMD> binaries, compiled by one `go build` so the
+# packages they share are compiled once.
 build_k8s() (
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
@@ -61,17 +80,17 @@ build_k8s() (
       grep -Eo '^[[:space:]]*k8s\.io/[a-z0-9-]+ => \./staging/src/k8s\.io/[a-z0-9-]+' "$gomod" |
         awk -v v="$K8S_STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
     } >>go.mod
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION" >/dev/null 2>&1 ||
-      go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+    local t pkgs=()
+    for t in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$t"); done
+    go get "${pkgs[@]/%/@$K8S_VERSION}" >/dev/null 2>&1 || go get "${pkgs[@]/%/@$K8S_VERSION}"
     local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
     local ld="-s -w"
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       ld="$ld -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
     done
-    for t in kube-apiserver kubectl; do
-      go build -trimpath -ldflags "$ld" -o "$work/$t" "k8s.io/kubernetes/cmd/$t"
-      install_built "$work/$t" "$(tool_path "$t")"
-    done
+    mkdir "$work/bin"
+    go build -trimpath -ldflags "$ld" -o "$work/bin/" "${pkgs[@]}"
+    for t in "$@"; do install_built "$work/bin/$t" "$(tool_path "$t")"; done
   )
 )
 
@@ -100,6 +119,30 @@ build_helm() (
   install_built "$work/helm" "$(tool_path helm)"
 )
 
+# CoreDNS from its own pinned module (go.mod and go.sum in the repo), read-only so a build never
+# rewrites them.
+build_coredns() (
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$COREDNS_MODULE"
+  GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w" -o "$work/coredns" .
+  install_built "$work/coredns" "$(tool_path coredns)"
+)
+
+# pause must be static: the sandbox image holds nothing else. The source ships in the
+# k8s.io/kubernetes module zip, so no download site beyond the module proxy is needed.
+build_pause() (
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  command -v gcc >/dev/null 2>&1 || { log "building pause needs gcc and a static libc (Debian: gcc libc6-dev)"; exit 1; }
+  local dir
+  dir=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -f "$dir/build/pause/linux/pause.c" ] || { log "no build/pause/linux/pause.c in k8s.io/kubernetes@$K8S_VERSION"; exit 1; }
+  gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$work/pause" "$dir/build/pause/linux/pause.c"
+  strip "$work/pause"
+  install_built "$work/pause" "$(tool_path pause)"
+)
+
 go_install() ( # go_install TOOL MODULE_PATH@VERSION
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
@@ -109,7 +152,12 @@ go_install() ( # go_install TOOL MODULE_PATH@VERSION
 
 build() {
   case "$1" in
-    kube-apiserver|kubectl) build_k8s ;;
+    kube-apiserver|kubectl) build_k8s kube-apiserver kubectl ;;
+    kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
+      build_k8s kube-controller-manager kube-scheduler kubelet kube-proxy ;;
+    coredns) build_coredns ;;
+    crictl) go_install crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" ;;
+    pause) build_pause ;;
     etcd) build_etcd ;;
     helm) build_helm ;;
     controller-gen) go_install controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION" ;;
@@ -122,10 +170,13 @@ build() {
 ensure() {
   exec 9>"$TOOLS_DIR/.lock"
   flock 9
-  local pids=() names=() t seen_k8s=""
+  local pids=() names=() t seen_k8s="" seen_node=""
   for t in "$@"; do
     [ -x "$(tool_path "$t")" ] && continue
-    case "$t" in kube-apiserver|kubectl) [ -n "$seen_k8s" ] && continue; seen_k8s=1 ;; esac
+    case "$t" in
+      kube-apiserver|kubectl) [ -n "$seen_k8s" ] && continue; seen_k8s=1 ;;
+      kube-controller-manager|kube-scheduler|kubelet|kube-proxy) [ -n "$seen_node" ] && continue; seen_node=1 ;;
+    esac
     log "building $t (cached afterwards under $TOOLS_DIR)"
     build "$t" & pids+=($!); names+=("$t")
   done
@@ -145,8 +196,10 @@ assets_dir() {
 }
 
 case "${1:-all}" in
-  all) ensure kube-apiserver etcd kubectl helm controller-gen golangci-lint ;;
+  all) ensure kube-apiserver etcd kubectl helm controller-gen golangci-lint \
+    kube-controller-manager kube-scheduler kubelet kube-proxy coredns crictl pause ;;
   assets) ensure kube-apiserver etcd kubectl && assets_dir ;;
+  cluster) ensure kube-apiserver kubectl etcd kube-controller-manager kube-scheduler kubelet kube-proxy coredns crictl pause ;;
   path) [ $# -eq 2 ] || { log "usage: $0 path TOOL"; exit 2; }; ensure "$2" && tool_path "$2" ;;
-  *) log "usage: $0 [all|assets|path TOOL]"; exit 2 ;;
+  *) log "usage: $0 [all|assets|cluster|path TOOL]"; exit 2 ;;
 esac

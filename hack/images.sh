@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# Builds the project's container images without a registry or a container engine, as OCI
+# archives (hack/imagebuild), and imports them into the containerd of each hack/cluster.sh node.
+# Every image is named with the fully qualified reference the kubelet asks for (containerd files
+# a short name `org/app:1` as `docker.io/org/app:1`).
+#
+#   operator  docker.io/gpustack/kvcache-operator:<Chart appVersion>  static kvcache, uid 65532,
+#             no shell (distroless/static style; Dockerfile builds the same for a registry)
+#   store     docker.io/<values settings.kvCacheBackendImage>          Debian bookworm minbase,
+#             python3, the Mooncake wheel (mooncake_master, mc_store_rest_server), coreutils
+#   engine    docker.io/kvcache-operator/engine-standin:<Mooncake version>  the store image plus
+#             stand-in `vllm` and `python3 -m sglang.launch_server` (images/engine-standin)
+#   pause     registry.k8s.io/pause:3.10.2                           the sandbox image
+#
+# Archives are cached outside the repository, keyed by their inputs, and rebuilt only when an
+# input changes:
+#   ${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}/image-<image>/<key>.tar
+# The store's root filesystem (debootstrap, ~1 min cold) is cached beside them.
+#
+# Usage:
+#   hack/images.sh build [IMAGE...]                  build what is missing or stale (default: all)
+#   hack/images.sh load [--socket SOCK]... [IMAGE...]  build, then import into each containerd
+#                                                    (default: every node of hack/cluster.sh)
+#   hack/images.sh archive IMAGE                     build; print the archive path
+#   hack/images.sh name IMAGE                        print the image reference
+set -Eeuo pipefail
+shopt -s inherit_errexit nullglob
+# No failure is silent: name the command and line that stopped the script.
+trap 'echo "images: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+TOOLS_DIR=${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}
+CHART=$REPO/charts/kvcache-operator
+IMAGES=(operator store engine pause)
+DEBIAN_SUITE=bookworm
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# What the store image's programs need from Debian: python3 (with venv) for the wheel, and the
+# three libraries its binaries link that the wheel does not bundle (see hack/mooncake.sh).
+STORE_PACKAGES=python3,python3-venv,libibverbs1,libnuma1,libcurl4
+# Bump when the recipe of a root filesystem changes in a way its inputs do not show.
+RECIPE=1
+
+# Read-only: building an image never rewrites go.mod or go.sum.
+export GOFLAGS=-mod=readonly GOWORK=off PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+
+log() { echo "images: $*" >&2; }
+die() { log "$*"; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
+sha() { sha256sum | cut -c1-16; }
+
+app_version() { sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$CHART/Chart.yaml"; }
+mooncake_version() { sed -n 's/^MOONCAKE_VERSION=//p' "$HERE/mooncake.sh"; }
+operator_repo() { awk '$1 == "repository:" {print $2; exit}' "$CHART/values.yaml"; }
+store_ref() { awk '$1 == "kvCacheBackendImage:" {print $2; exit}' "$CHART/values.yaml"; }
+
+image_name() {
+  case "$1" in
+    operator) echo "docker.io/$(operator_repo):$(app_version)" ;;
+    store) echo "docker.io/$(store_ref)" ;;
+    engine) echo "docker.io/kvcache-operator/engine-standin:$(mooncake_version)" ;;
+    pause) echo "registry.k8s.io/pause:$(sed -n 's/^PAUSE_VERSION=//p' "$HERE/tools.sh")" ;;
+    *) die "unknown image $1 (have: ${IMAGES[*]})" ;;
+  esac
+}
+
+ensure_debs() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q ' ok installed$' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "need root to install Debian packages: ${missing[*]}"
+  log "installing Debian packages: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# imagebuild: the archive writer, compiled once per source version. Its version is part of every
+# image's key, so a change in how archives are written rebuilds them.
+imagebuild_key() { cat "$HERE/imagebuild/main.go" "$REPO/go.mod" | sha; }
+imagebuild() {
+  local bin
+  bin=$TOOLS_DIR/imagebuild-$(imagebuild_key)/imagebuild
+  if [ ! -x "$bin" ]; then
+    mkdir -p "$(dirname "$bin")"
+    (cd "$REPO" && CGO_ENABLED=0 go build -o "$bin.tmp.$$" ./hack/imagebuild) && mv -f "$bin.tmp.$$" "$bin"
+    local old
+    for old in "$TOOLS_DIR"/imagebuild-*/; do
+      [ "${old%/}" = "$(dirname "$bin")" ] || rm -rf "$old"
+    done
+  fi
+  echo "$bin"
+}
+
+# publish IMAGE KEY ARGS...: write the archive of IMAGE for input KEY unless it exists.
+# The archive and its digest file appear atomically; older keys of IMAGE are removed.
+publish() {
+  local image=$1 key=$2 dir out t0 digest; shift 2
+  dir=$TOOLS_DIR/image-$image
+  out=$dir/$key.tar
+  [ -f "$out" ] && [ -f "$out.digest" ] && return 0
+  mkdir -p "$dir"
+  t0=$(now)
+  digest=$("$(imagebuild)" -name "$(image_name "$image")" -out "$out.tmp" "$@")
+  mv -f "$out.tmp" "$out"
+  echo "$digest" >"$out.digest"
+  local f
+  for f in "$dir"/*.tar; do [ "$f" = "$out" ] || rm -f "$f" "$f.digest"; done
+  log "$image: $(image_name "$image") $digest, $(du -m "$out" | cut -f1) MiB, packed in $(since "$t0")s"
+}
+
+archive_path() { local f=("$TOOLS_DIR/image-$1"/*.tar); [ ${#f[@]} -eq 1 ] && echo "${f[0]}"; }
+
+# ---------------------------------------------------------------------------------------------
+# pause: the static pause binary alone.
+
+# Builders run in subshells ("( ... )" bodies) so their scratch directories and EXIT traps end
+# with them.
+build_pause() (
+  bin=$("$HERE/tools.sh" path pause)
+  key=$({ sha256sum <"$bin"; imagebuild_key; echo "$RECIPE"; } | sha)
+  [ -f "$TOOLS_DIR/image-pause/$key.tar" ] && exit 0
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  install -D -m 0755 "$bin" "$work/rootfs/pause"
+  publish pause "$key" -layer "$work/rootfs" -entrypoint '["/pause"]' -user 65535:65535
+)
+
+# ---------------------------------------------------------------------------------------------
+# operator: the kvcache binary, non-root, no shell; the same files gcr.io/distroless/static:nonroot
+# provides that a Go program uses (passwd/group entries, /tmp, the home, CA certificates).
+
+candidate() { apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" && $2 != "(none)" {print $2}'; }
+
+# The CA certificates of Debian's ca-certificates package (not this host's bundle, which may
+# hold local additions), cached by package version.
+ca_bundle() (
+  version=$(candidate ca-certificates)
+  if [ -z "$version" ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    version=$(candidate ca-certificates)
+  fi
+  [ -n "$version" ] || die "apt knows no ca-certificates package"
+  dir=$TOOLS_DIR/ca-certificates-$version
+  if [ ! -f "$dir/ca-certificates.crt" ]; then
+    work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+    chmod 755 "$work"  # apt downloads as its _apt user
+    (cd "$work" && apt-get download "ca-certificates=$version" >/dev/null) || die "apt-get download ca-certificates=$version failed"
+    dpkg-deb -x "$work/ca-certificates_"*.deb "$work/x"
+    mkdir -p "$dir"
+    find "$work/x/usr/share/ca-certificates/mozilla" -name '*.crt' | LC_ALL=C sort | xargs cat >"$dir/ca-certificates.crt.tmp"
+    mv -f "$dir/ca-certificates.crt.tmp" "$dir/ca-certificates.crt"
+  fi
+  echo "$dir/ca-certificates.crt"
+)
+
+build_operator() (
+  version=$(app_version)
+  [ -n "$version" ] || die "no appVersion in $CHART/Chart.yaml"
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  # The same build as the Dockerfile's (and the same files and configuration below).
+  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$work/kvcache" ./cmd/kvcache)
+  ca=$(ca_bundle)
+  key=$({ sha256sum "$work/kvcache" "$ca" | cut -d' ' -f1; imagebuild_key; echo "$RECIPE"; } | sha)
+  [ -f "$TOOLS_DIR/image-operator/$key.tar" ] && exit 0
+  r=$work/rootfs
+  install -D -m 0755 "$work/kvcache" "$r/usr/local/bin/kvcache"
+  install -D -m 0644 "$ca" "$r/etc/ssl/certs/ca-certificates.crt"
+  mkdir -p "$r/etc"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$r/etc/passwd"
+  printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$r/etc/group"
+  install -d -m 1777 "$r/tmp"
+  install -d -m 0700 "$r/root"
+  install -d -m 0700 -o 65532 -g 65532 "$r/home/nonroot"
+  chmod 0755 "$r" "$r/etc" "$r/usr" "$r/usr/local" "$r/usr/local/bin"
+  publish operator "$key" -layer "$r" -entrypoint '["/usr/local/bin/kvcache"]' -user 65532:65532 \
+    -workdir /home/nonroot -env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    -env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+)
+
+# ---------------------------------------------------------------------------------------------
+# store: debootstrap minbase + the Mooncake wheel in a venv at /opt/mooncake (first on PATH).
+
+store_key() { printf '%s\n' "$DEBIAN_SUITE" "$DEBIAN_MIRROR" "$STORE_PACKAGES" "$(mooncake_version)" "$RECIPE" | sha; }
+store_rootfs() { echo "$TOOLS_DIR/store-rootfs-$(mooncake_version)-$(store_key)/rootfs"; }
+
+# The wheel and its dependencies, downloaded on the host: pip inside the chroot cannot reach
+# PyPI here (the host trusts a TLS-intercepting proxy's CA; the chroot does not).
+store_wheels() {
+  local v dir py
+  v=$(mooncake_version)
+  dir=$TOOLS_DIR/mooncake-wheels-$v-cp$1
+  if [ ! -f "$dir/complete" ]; then
+    py="$("$HERE/mooncake.sh")/python"
+    rm -rf "$dir"; mkdir -p "$dir"
+    "$py" -m pip download --disable-pip-version-check --no-input --quiet --only-binary=:all: \
+      --python-version "$1" --dest "$dir" "mooncake-transfer-engine-non-cuda==$v" >&2
+    touch "$dir/complete"
+  fi
+  echo "$dir"
+}
+
+# in_chroot ROOT CMD...: a clean environment (none of the host's pip or proxy settings).
+in_chroot() {
+  local root=$1; shift
+  env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    chroot "$root" "$@"
+}
+
+unmount_under() {
+  local m
+  while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done < <(awk -v p="$1/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+}
+
+build_store_rootfs() (
+  root=$(store_rootfs)
+  base=$(dirname "$root")
+  [ -f "$base/complete" ] && exit 0
+  [ "$(id -u)" -eq 0 ] || die "building the store root filesystem needs root (debootstrap, chroot)"
+  ensure_debs debootstrap debian-archive-keyring
+  rm -rf "$base"; mkdir -p "$base"
+  work=$base/rootfs.tmp
+  # debootstrap mounts /proc and /sys inside the target; nothing may stay mounted there.
+  trap 'unmount_under "$work"' EXIT
+  t0=$(now)
+  log "store: debootstrap --variant=minbase $DEBIAN_SUITE (cached afterwards under $base)"
+  debootstrap --variant=minbase --include="$STORE_PACKAGES" "$DEBIAN_SUITE" "$work" "$DEBIAN_MIRROR" >"$base/debootstrap.log" 2>&1 ||
+    { tail -20 "$base/debootstrap.log" >&2; die "debootstrap failed (log: $base/debootstrap.log)"; }
+  log "store: debootstrap done in $(since "$t0")s"
+  pyver=$(in_chroot "$work" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  wheels=$(store_wheels "$pyver")
+  t0=$(now)
+  mkdir -p "$work/tmp/wheels"
+  cp "$wheels"/*.whl "$work/tmp/wheels/"
+  in_chroot "$work" python3 -m venv /opt/mooncake
+  in_chroot "$work" /opt/mooncake/bin/pip install --disable-pip-version-check --no-input --quiet \
+    --no-cache-dir --no-index --find-links /tmp/wheels "mooncake-transfer-engine-non-cuda==$(mooncake_version)" >&2
+  rm -rf "$work/tmp/wheels"
+  # The store's programs on the default PATH too, for Pods that set their own PATH.
+  for p in mooncake_master mc_store_rest_server mooncake_client; do
+    ln -sfn "/opt/mooncake/bin/$p" "$work/usr/local/bin/$p"
+  done
+  # The binaries find their bundled libraries through RPATH $ORIGIN, which the loader resolves
+  # through /proc/self/exe: they only start with /proc mounted, as it is in a container.
+  mount -t proc proc "$work/proc"
+  in_chroot "$work" mooncake_master --version >&2
+  in_chroot "$work" /opt/mooncake/bin/python3 -c 'import mooncake.store' ||
+    die "the store root filesystem cannot import mooncake.store"
+  in_chroot "$work" sh -c 'command -v cp mc_store_rest_server' >/dev/null ||
+    die "the store root filesystem lacks cp or mc_store_rest_server"
+  log "store: wheel installed in $(since "$t0")s"
+  # The runtime provides /dev; apt's caches are of no use in an image.
+  unmount_under "$work"
+  rm -rf "${work:?}"/dev/* "$work"/var/cache/apt/archives/*.deb "$work"/var/lib/apt/lists/* "$work"/var/log/*.log \
+    "$work/var/cache/debconf/"*-old
+  mv "$work" "$root"
+  touch "$base/complete"
+)
+
+build_store() {
+  local key
+  build_store_rootfs
+  key=$({ store_key; imagebuild_key; } | sha)
+  [ -f "$TOOLS_DIR/image-store/$key.tar" ] && return 0
+  publish store "$key" -layer "$(store_rootfs)" -cmd '["mooncake_master"]' \
+    -env PATH=/opt/mooncake/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    -env LANG=C.UTF-8 -label "org.opencontainers.image.version=$(mooncake_version)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# engine: the store image plus the stand-in programs.
+
+build_engine() (
+  src=$REPO/images/engine-standin
+  build_store
+  store=$(archive_path store)
+  key=$({ cat "$store.digest"; (cd "$src" && find . -type f -not -name '*.pyc' | LC_ALL=C sort | xargs sha256sum); imagebuild_key; echo "$RECIPE"; } | sha)
+  [ -f "$TOOLS_DIR/image-engine/$key.tar" ] && exit 0
+  pylib=$(cd "$(store_rootfs)/opt/mooncake/lib" && ls -d python3.*)
+  [ -n "$pylib" ] || die "no python3.* in the store root filesystem's venv"
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  r=$work/rootfs
+  mkdir -p "$r/opt/engine-standin" "$r/opt/mooncake/lib/$pylib/site-packages" "$r/usr/local/bin"
+  cp -r "$src/kvcache_standin" "$src/sglang" "$r/opt/engine-standin/"
+  find "$r" -name __pycache__ -prune -exec rm -rf {} +
+  install -m 0755 "$src/bin/vllm" "$r/usr/local/bin/vllm"
+  # The venv's python (first on PATH) finds the stand-in packages through a .pth file.
+  echo /opt/engine-standin >"$r/opt/mooncake/lib/$pylib/site-packages/kvcache-engine-standin.pth"
+  chmod -R u=rwX,go=rX "$r"
+  publish engine "$key" -base "$store" -layer "$r" -cmd '["vllm", "--help"]'
+)
+
+build() {
+  local t0 image
+  for image in "$@"; do
+    t0=$(now)
+    case "$image" in
+      operator) build_operator ;;
+      store) build_store ;;
+      engine) build_engine ;;
+      pause) build_pause ;;
+      *) die "unknown image $image (have: ${IMAGES[*]})" ;;
+    esac
+    log "$image ready in $(since "$t0")s: $(archive_path "$image")"
+  done
+}
+
+# load SOCKET IMAGE: import IMAGE's archive into one containerd unless it holds that digest.
+load_one() {
+  local sock=$1 image=$2 archive name want have t0
+  archive=$(archive_path "$image")
+  name=$(image_name "$image")
+  want=$(cat "$archive.digest")
+  have=$(ctr -a "$sock" -n k8s.io images ls "name==$name" 2>/dev/null | awk 'NR > 1 {print $3}')
+  [ "$have" = "$want" ] && return 0
+  t0=$(now)
+  ctr -a "$sock" -n k8s.io images import "$archive" >/dev/null ||
+    die "ctr images import $archive into $sock failed"
+  have=$(ctr -a "$sock" -n k8s.io images ls "name==$name" 2>/dev/null | awk 'NR > 1 {print $3}')
+  [ "$have" = "$want" ] || die "$name is $have in $sock after importing $archive (want $want)"
+  log "$name imported into $sock in $(since "$t0")s"
+}
+
+cmd_load() {
+  local socks=() images=() s i pids=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --socket) socks+=("$2"); shift 2 ;;
+      *) images+=("$1"); shift ;;
+    esac
+  done
+  [ ${#images[@]} -gt 0 ] || images=("${IMAGES[@]}")
+  if [ ${#socks[@]} -eq 0 ]; then
+    mapfile -t socks < <("$HERE/cluster.sh" sockets)
+    [ ${#socks[@]} -gt 0 ] || die "no cluster to load into: run hack/cluster.sh up"
+  fi
+  for s in "${socks[@]}"; do [ -S "$s" ] || die "no containerd at $s: run hack/cluster.sh up"; done
+  build "${images[@]}"
+  # Nodes import in parallel; each containerd unpacks its own copy.
+  for s in "${socks[@]}"; do
+    ( for i in "${images[@]}"; do load_one "$s" "$i"; done ) & pids+=($!)
+  done
+  local failed=0 p
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  return $failed
+}
+
+case "${1:-}" in
+  build) shift; if [ $# -eq 0 ]; then set -- "${IMAGES[@]}"; fi; build "$@" ;;
+  load) shift; cmd_load "$@" ;;
+  archive) [ $# -eq 2 ] || die "usage: $0 archive IMAGE"; build "$2"; archive_path "$2" ;;
+  name) [ $# -eq 2 ] || die "usage: $0 name IMAGE"; image_name "$2" ;;
+  -h|--help|help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) log "usage: $0 build|load|archive|name ..."; exit 2 ;;
+esac

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// env is what every test shares: the cluster's client, one namespace for this run, and facts
+// read from the scripts (never assumed).
+type environment struct {
+	repo      string
+	client    *kubernetes.Clientset
+	namespace string
+	sockets   []string // one containerd per node
+	images    map[string]string
+}
+
+var env environment
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	_, file, _, _ := runtime.Caller(0)
+	env.repo = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if os.Geteuid() != 0 {
+		return failf("must run as root: hack/cluster.sh creates bridges, iptables rules, cgroups and mounts")
+	}
+
+	started := false
+	if _, err := script("hack/cluster.sh", "status"); err != nil {
+		t0 := time.Now()
+		if out, err := script("hack/cluster.sh", "up"); err != nil {
+			return failf("hack/cluster.sh up failed (%v); this machine cannot run the cluster:\n%s", err, out)
+		}
+		started = true
+		fmt.Fprintf(os.Stderr, "test/cluster: hack/cluster.sh up took %s\n", time.Since(t0).Round(100*time.Millisecond))
+	} else {
+		fmt.Fprintln(os.Stderr, "test/cluster: using the running cluster (left running)")
+	}
+	code := runTests(m)
+	if started && os.Getenv("KVCACHE_CLUSTER_KEEP") == "" {
+		// A teardown that leaves the host changed is a failure too.
+		t0 := time.Now()
+		if out, err := script("hack/cluster.sh", "down"); err != nil {
+			fmt.Fprintf(os.Stderr, "test/cluster: hack/cluster.sh down failed (%v):\n%s", err, out)
+			code = 1
+		}
+		fmt.Fprintf(os.Stderr, "test/cluster: hack/cluster.sh down took %s\n", time.Since(t0).Round(100*time.Millisecond))
+	}
+	return code
+}
+
+// runTests loads the images, connects to the cluster, and runs the tests in a namespace of
+// their own.
+func runTests(m *testing.M) int {
+	t0 := time.Now()
+	if out, err := script("hack/images.sh", "load"); err != nil {
+		return failf("hack/images.sh load failed (%v):\n%s", err, out)
+	}
+	fmt.Fprintf(os.Stderr, "test/cluster: hack/images.sh load took %s\n", time.Since(t0).Round(100*time.Millisecond))
+
+	env.images = map[string]string{}
+	for _, image := range []string{"operator", "store", "engine"} {
+		out, err := script("hack/images.sh", "name", image)
+		if err != nil {
+			return failf("hack/images.sh name %s: %v\n%s", image, err, out)
+		}
+		env.images[image] = strings.TrimSpace(out)
+	}
+	out, err := script("hack/cluster.sh", "sockets")
+	if err != nil {
+		return failf("hack/cluster.sh sockets: %v\n%s", err, out)
+	}
+	env.sockets = strings.Fields(out)
+	out, err = script("hack/cluster.sh", "kubeconfig")
+	if err != nil {
+		return failf("hack/cluster.sh kubeconfig: %v\n%s", err, out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", strings.TrimSpace(out))
+	if err != nil {
+		return failf("kubeconfig %s: %v", strings.TrimSpace(out), err)
+	}
+	if env.client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return failf("client: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	env.namespace = "cluster-smoke-" + rand.String(5)
+	if _, err := env.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: env.namespace}}, metav1.CreateOptions{}); err != nil {
+		return failf("create namespace %s: %v", env.namespace, err)
+	}
+	// A namespace's Pods need its default ServiceAccount, which a controller creates.
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		_, err := env.client.CoreV1().ServiceAccounts(env.namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return failf("namespace %s never got its default ServiceAccount: %v", env.namespace, err)
+	}
+	code := m.Run()
+	// When the cluster stays, this run's objects do not.
+	_ = env.client.CoreV1().Namespaces().Delete(context.Background(), env.namespace, metav1.DeleteOptions{})
+	return code
+}
+
+func failf(format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "test/cluster: "+format+"\n", args...)
+	return 1
+}
+
+// script runs one of the repository's scripts and returns its combined output. The bound is
+// generous: on a cold machine `up` builds the cluster binaries and `load` the images.
+func script(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(env.repo, name), args...)
+	cmd.Dir = env.repo
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+var errTimeout = errors.New("timed out")
+
+// poll calls cond every 250ms until it reports done, returns an error, or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		done, err := cond()
+		if err != nil || done {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
