@@ -138,7 +138,7 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 
 // attach resolves the Pod's Binding and renders its engine's fragment.
 func (i *Injector) attach(ctx context.Context, lookup Lookup, namespace string, a annotations, dtypeOwned bool) (*attached, *Refusal, error) {
-	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine)
+	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine, NamedByAnnotation)
 	if rf != nil {
 		return nil, rf, nil
 	}
@@ -345,12 +345,13 @@ func (a Attachment) CacheInput(dtypeOwned bool) generator.CacheInput {
 }
 
 // Resolve follows a Binding in namespace ns to the store, refusing every link that would
-// leave an engine starting normally and caching nothing.
-func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.Engine) (Attachment, *Refusal) {
+// leave an engine starting normally and caching nothing. namedBy is the field that names the
+// Binding, for the fix a refusal states (a Pod's annotation, a ModelDeployment's poolRef).
+func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.Engine, namedBy string) (Attachment, *Refusal) {
 	var r Attachment
 	b, err := lookup.Binding(ctx, ns, binding)
 	if apierrors.IsNotFound(err) {
-		return r, refuse(ReasonBindingNotFound, "KVCachePoolBinding %q not found in namespace %q: create it there (an administrator grants a namespace a pool with a Binding), or fix annotation %s", binding, ns, AnnotationBinding)
+		return r, refuse(ReasonBindingNotFound, "KVCachePoolBinding %q not found in namespace %q: create it there (an administrator grants a namespace a pool with a Binding), or fix %s", binding, ns, namedBy)
 	}
 	if err != nil {
 		return r, lookupFailed("KVCachePoolBinding "+ns+"/"+binding, err)
@@ -401,6 +402,12 @@ func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.E
 	r.Protocol = protocol
 	return r, nil
 }
+
+// The fields that name a Binding, for Resolve's messages.
+const (
+	NamedByAnnotation = "annotation " + AnnotationBinding
+	NamedByPoolRef    = "spec.kvCache.poolRef.name"
+)
 
 // Offer is a transport a backend's member group offers.
 type Offer struct {
@@ -454,8 +461,13 @@ func Transport(e engines.Engine, b *kvv1.KVCacheBackend, pool string) (string, *
 			got = append(got, o.Protocol)
 		}
 		want := e.Transports[0]
-		return "", refuse(ReasonTransportUnsupported, "%s accepts only the %s transport and KVCachePool %q offers %s: %s against %s, and the engine would fail at start (MooncakeBackend does not support protocol '%s'); set spec.transport.protocol: %s on KVCacheBackend %q (or transport.protocol: %s on the member group serving these nodes), or choose a pool that offers %s",
-			e.Name, want, pool, describeOffers(offers), strings.Join(got, "+"), want, got[0], kvv1.APIProtocolFor(want), b.Name, kvv1.APIProtocolFor(want), want)
+		fix := fmt.Sprintf("set spec.transport.protocol: %s on KVCacheBackend %q (or transport.protocol: %s on the member group serving these nodes)", kvv1.APIProtocolFor(want), b.Name, kvv1.APIProtocolFor(want))
+		if b.Spec.Connection.Managed == nil {
+			// An external store's transport is its operator's; the backend only declares it.
+			fix = fmt.Sprintf("if the store behind KVCacheBackend %q serves %s, declare spec.transport.protocol: %s there", b.Name, want, kvv1.APIProtocolFor(want))
+		}
+		return "", refuse(ReasonTransportUnsupported, "%s accepts only the %s transport and KVCachePool %q offers %s: %s against %s, and the engine would fail at start (MooncakeBackend does not support protocol '%s'); %s, or choose a pool that offers %s",
+			e.Name, want, pool, describeOffers(offers), strings.Join(got, "+"), want, got[0], fix, want)
 	}
 	if len(offers) > 1 {
 		return "", refuse(ReasonTransportMixed, "KVCachePool %q offers more than one transport, %s, and a %s client installs only one: a block on a group with another transport fails with NotSupportedTransport; make the backend's groups use one protocol or choose another pool", pool, describeOffers(offers), e.Name)

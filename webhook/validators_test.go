@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // Fixtures: the walkthrough's objects (backend mooncake-dram, pool shared-dram, Binding
@@ -180,7 +183,73 @@ func runVTCases[T client.Object](t *testing.T, cases []vtCase[T], validator func
 				assert.Equal(t, tt.warn, warnings)
 			}
 			assert.Equal(t, tt.want, vtCauses(t, err))
+			if any(tt.old) == any(none) {
+				cliVerdict(t, tt.cluster, tt.obj, tt.want, tt.warn)
+			}
 		})
+	}
+}
+
+// cliVerdict judges a create the way `kvcache render` does, with the case's cluster as the
+// files beside obj, and requires the webhook's verdict: the same causes and warnings. (Updates
+// have no CLI path: render judges every object as created.)
+func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want []string, warn admission.Warnings) {
+	t.Helper()
+	f := &rules.Files{}
+	var models []kvv1.ModelDeployment
+	kind, name := "", obj.GetName()
+	if obj.GetNamespace() != "" {
+		name = obj.GetNamespace() + "/" + name
+	}
+	same := func(o client.Object) bool {
+		return reflect.TypeOf(o) == reflect.TypeOf(obj) && o.GetNamespace() == obj.GetNamespace() && o.GetName() == obj.GetName()
+	}
+	for _, o := range append(slices.DeleteFunc(slices.Clone(cluster), same), obj) {
+		switch x := o.(type) {
+		case *kvv1.Setting:
+			f.Settings = append(f.Settings, *x)
+		case *kvv1.KVCacheBackend:
+			f.Backends = append(f.Backends, *x)
+		case *kvv1.KVCachePool:
+			f.PoolList = append(f.PoolList, *x)
+		case *kvv1.KVCachePoolBinding:
+			f.BindingList = append(f.BindingList, *x)
+		case *kvv1.InstanceType:
+			f.InstanceTypes = append(f.InstanceTypes, *x)
+		case *kvv1.ModelDeployment:
+			models = append(models, *x)
+		}
+	}
+	switch obj.(type) {
+	case *kvv1.Setting:
+		kind = "Setting"
+	case *kvv1.KVCacheBackend:
+		kind = "KVCacheBackend"
+	case *kvv1.KVCachePool:
+		kind = "KVCachePool"
+	case *kvv1.KVCachePoolBinding:
+		kind = "KVCachePoolBinding"
+	case *kvv1.ModelDeployment:
+		kind = "ModelDeployment"
+	}
+	judged, err := rules.Judge(context.Background(), f, models)
+	require.NoError(t, err)
+	var got []string
+	var warnings admission.Warnings
+	for _, j := range judged {
+		if j.Kind != kind || j.Name != name {
+			continue
+		}
+		for _, e := range j.Verdict.Errors {
+			got = append(got, e.Field+": "+e.ErrorBody())
+		}
+		warnings = append(warnings, j.Verdict.Warnings...)
+	}
+	assert.Equal(t, want, got, "the CLI's verdict")
+	if len(warn) == 0 {
+		assert.Empty(t, warnings, "the CLI's warnings")
+	} else {
+		assert.Equal(t, warn, warnings, "the CLI's warnings")
 	}
 }
 
@@ -635,6 +704,21 @@ func TestModelDeploymentValidator(t *testing.T) {
 			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", "Ascend")),
 			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
 			want:    []string{ascend},
+		},
+		{
+			name: "vLLM-Ascend on an external tcp store is told to declare the store's transport, not to set CANN on member groups it has none of",
+			cluster: func() []client.Object {
+				objs := vtWalkthrough()
+				b := vtBackend("mooncake-dram")
+				b.Spec.Connection.Managed = nil
+				b.Spec.Connection.External = &kvv1.ExternalConnection{Endpoints: []kvv1.Endpoint{
+					{Name: kvv1.EndpointClient, Address: "m.store.svc:50051"}, {Name: kvv1.EndpointAdmin, Address: "m.store.svc:9003"},
+				}}
+				objs[1] = b
+				return append(objs, vtInstanceType("ascend-910b", kvv1.ManufacturerAscend))
+			}(),
+			obj:  withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			want: []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": role server runs on InstanceType ascend-910b, whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: vLLM-Ascend accepts only the ascend transport and KVCachePool "shared-dram" offers tcp (spec.transport): tcp against ascend, and the engine would fail at start (MooncakeBackend does not support protocol 'tcp'); if the store behind KVCacheBackend "mooncake-dram" serves ascend, declare spec.transport.protocol: CANN there, or choose a pool that offers ascend`},
 		},
 		{
 			name:    "vLLM on an ascend InstanceType with a CANN pool is admitted",

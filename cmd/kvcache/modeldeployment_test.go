@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,7 +22,9 @@ func TestModelDeploymentSnapshots(t *testing.T) {
 			require.NoError(t, err)
 			in, err := readAPIInput(splitDocuments(c.Input, data))
 			require.NoError(t, err)
-			require.NoError(t, in.validate())
+			var warnings strings.Builder
+			require.NoError(t, in.validate(t.Context(), &warnings))
+			require.Empty(t, warnings.String(), "the inputs earn no warning")
 			objs, err := renderModelDeployments(r, in, generator.DefaultSystemNamespace)
 			require.NoError(t, err)
 			generator.SortObjects(objs)

@@ -11,6 +11,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // apiKinds are the kinds of this project's API that the CLI reads, in the order the
@@ -183,11 +184,8 @@ func (in *apiInput) settingValues() map[string]string {
 	return v
 }
 
-func (in *apiInput) pool(name string) *kvv1.KVCachePool {
-	for i := range in.pools {
-		if in.pools[i].Name == name {
-			return &in.pools[i]
-		}
-	}
-	return nil
+// files is the input as the admission rules read it.
+func (in *apiInput) files() *rules.Files {
+	return &rules.Files{Backends: in.backends, PoolList: in.pools, BindingList: in.bindings,
+		InstanceTypes: in.types, Settings: in.settings, ChartSettings: true}
 }

@@ -3,17 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/api/v1/validation"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/rules"
 	"github.com/kvcache-operator/kvcache/values"
 )
 
@@ -70,7 +70,7 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := in.validate(); err != nil {
+	if err := in.validate(cmd.Context(), cmd.ErrOrStderr()); err != nil {
 		return nil, err
 	}
 	r, err := generator.NewRenderer()
@@ -138,7 +138,7 @@ func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]g
 			if len(md.Spec.Roles) > 0 {
 				it = types[md.Spec.Roles[0].InstanceType]
 			}
-			att, rf := injection.Resolve(ctx, lookup, md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it))
+			att, rf := injection.Resolve(ctx, lookup, md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it), injection.NamedByPoolRef)
 			if rf != nil {
 				return nil, fmt.Errorf("ModelDeployment %s/%s: spec.kvCache.poolRef.name: %s", md.Namespace, md.Name, rf.Message)
 			}
@@ -154,33 +154,23 @@ func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]g
 	return all, nil
 }
 
-// validate runs the API's validation rules on every input object and reports all problems at
-// once, each prefixed with the object it belongs to.
-func (in *apiInput) validate() error {
+// validate runs every admission rule on every input object, as the webhooks judge a create into
+// a cluster holding the rest (the Setting catalog as a default chart install leaves it), and
+// reports all problems at once, each prefixed with the object it belongs to. Warnings go to
+// stderr either way.
+func (in *apiInput) validate(ctx context.Context, stderr io.Writer) error {
+	judged, err := rules.Judge(ctx, in.files(), in.models)
+	if err != nil {
+		return err
+	}
 	var problems []string
-	add := func(kind, name string, errs field.ErrorList) {
-		for _, e := range errs {
-			problems = append(problems, fmt.Sprintf("invalid: %s/%s: %s", kind, name, e.Error()))
+	for _, j := range judged {
+		for _, w := range j.Verdict.Warnings {
+			fmt.Fprintf(stderr, "warning: %s/%s: %s\n", j.Kind, j.Name, w)
 		}
-	}
-	for i := range in.settings {
-		add("Setting", in.settings[i].Name, validation.ValidateSetting(&in.settings[i]))
-	}
-	image := in.settingValues()["kv-cache-backend-image"]
-	for i := range in.backends {
-		b := &in.backends[i]
-		add("KVCacheBackend", b.Name, validation.ValidateBackend(b, validation.BackendContext{BackendImageSetting: image}))
-	}
-	for i := range in.pools {
-		add("KVCachePool", in.pools[i].Name, validation.ValidatePool(&in.pools[i]))
-	}
-	for i := range in.bindings {
-		b := &in.bindings[i]
-		add("KVCachePoolBinding", b.Namespace+"/"+b.Name, validation.ValidateBinding(b, in.pool(b.Spec.PoolRef.Name)))
-	}
-	for i := range in.models {
-		md := &in.models[i]
-		add("ModelDeployment", md.Namespace+"/"+md.Name, validation.ValidateModelDeployment(md))
+		for _, e := range j.Verdict.Errors {
+			problems = append(problems, fmt.Sprintf("invalid: %s/%s: %s", j.Kind, j.Name, e.Error()))
+		}
 	}
 	if len(problems) > 0 {
 		return invalidErrorf("%s", strings.Join(problems, "\n"))

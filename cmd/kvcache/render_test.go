@@ -171,3 +171,53 @@ func TestRenderOperatorImage(t *testing.T) {
 	assert.Contains(t, out, "image: registry.example/kvcache:9\n        name: kvcache-launcher")
 	assert.NotContains(t, out, "gpustack/kvcache-operator")
 }
+
+// render applies every admission rule the webhooks apply, not only the shape rules: what the
+// webhook refuses, render refuses with the same message, and what it warns about, render warns
+// about on stderr.
+func TestRenderAppliesTheWebhooksCrossObjectRules(t *testing.T) {
+	walkthrough := string(values.Walkthrough())
+	for _, c := range []struct {
+		name    string
+		input   string
+		refused []string
+		warned  []string
+	}{
+		{
+			name:    "a role naming an owned flag renders no second --kv-transfer-config",
+			input:   strings.Replace(walkthrough, "      resources:\n        accelerator: 1", "      resources:\n        accelerator: 1\n      extraArgs: [\"--kv-transfer-config\", \"{}\"]", 1),
+			refused: []string{`invalid: ModelDeployment/team-a/qwen-chat: spec.roles[0].extraArgs: Forbidden: --kv-transfer-config in args is owned by injection: the Binding writes it, and a second value would be an ambiguity nothing reports; remove it`},
+		},
+		{
+			name: "a second Binding claiming the default domain on the same master is refused; the first holds it",
+			input: walkthrough + `---
+apiVersion: worker.gpustack.ai/v1
+kind: KVCachePoolBinding
+metadata: {name: team-b, namespace: team-b}
+spec:
+  poolRef: {name: shared-dram}
+  quota: {ceiling: 4Gi}
+  domain: {blockSize: 64, dtype: bfloat16}
+`,
+			refused: []string{`invalid: KVCachePoolBinding/team-b/team-b: spec.domain.name: Duplicate value: "default": already registered on the master of KVCacheBackend mooncake-dram by KVCachePoolBinding team-a/team-a; name a different domain`},
+		},
+		{
+			name:   "a pool over a backend without a ledger renders with the webhook's warning",
+			input:  strings.Replace(walkthrough, "      leader: {}", "      leader: {multiTenancy: false}", 1),
+			warned: []string{"warning: KVCachePool/shared-dram: KVCacheBackend mooncake-dram keeps no tenant ledger (leader.multiTenancy: false): Binding ceilings on this pool are not enforced and every write lands in the store's default tenant"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := kvcache(t, c.input, "render", "-f", "-")
+			if len(c.refused) > 0 {
+				assert.Equal(t, exitInvalid, code)
+				assert.Empty(t, out, "nothing is printed unless everything rendered")
+				assert.Equal(t, strings.Join(c.refused, "\n")+"\n", errOut)
+				return
+			}
+			require.Equal(t, 0, code, errOut)
+			assert.Equal(t, strings.Join(c.warned, "\n")+"\n", errOut)
+			assert.Contains(t, out, "kind: DaemonSet")
+		})
+	}
+}

@@ -155,7 +155,7 @@ func (r *Reconciler) resolveCache(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
-	att, rf := injection.Resolve(ctx, r.lookup(), md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it))
+	att, rf := injection.Resolve(ctx, r.lookup(), md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it), injection.NamedByPoolRef)
 	if rf != nil && rf.Reason == injection.ReasonLookupFailed {
 		return errors.New(rf.Message)
 	}

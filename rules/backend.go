@@ -1,0 +1,74 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/api/v1/validation"
+)
+
+// Backend judges a KVCacheBackend created (old nil) or updated. An update that leaves spec
+// unchanged (metadata only: labels, annotations, finalizers) is admitted without judging it
+// again, so a controller can always remove its finalizer.
+func Backend(ctx context.Context, o Objects, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
+	var v Verdict
+	b := obj.DeepCopy()
+	b.Default()
+	if old != nil {
+		old = old.DeepCopy()
+		old.Default()
+		if equality.Semantic.DeepEqual(old.Spec, b.Spec) {
+			return v, nil
+		}
+	}
+	image, _, err := o.Setting(ctx, kvv1.SettingKVCacheBackendImage)
+	if err != nil {
+		return v, readError("the Setting "+kvv1.SettingKVCacheBackendImage, err)
+	}
+	v.refuse(validation.ValidateBackend(b, validation.BackendContext{BackendImageSetting: image})...)
+	if old == nil {
+		return v, nil
+	}
+	v.refuse(validation.ValidateBackendUpdate(old, b)...)
+	if om, nm := old.Spec.Connection.Managed, b.Spec.Connection.Managed; om != nil && nm != nil &&
+		om.Leader.MultiTenancyEnabled() && !nm.Leader.MultiTenancyEnabled() {
+		pools, err := poolsUsing(ctx, o, b.Name)
+		if err != nil {
+			return v, err
+		}
+		if len(pools) > 0 {
+			v.refuse(field.Forbidden(field.NewPath("spec", "connection", "managed", "leader", "multiTenancy"), multiTenancyOffMessage(pools)))
+		}
+	}
+	return v, nil
+}
+
+// poolsUsing lists, sorted, the pools that name backend.
+func poolsUsing(ctx context.Context, o Objects, backend string) ([]string, error) {
+	pools, err := o.Pools(ctx)
+	if err != nil {
+		return nil, readError("the KVCachePools", err)
+	}
+	var out []string
+	for i := range pools {
+		if slices.Contains(pools[i].Spec.Backends, backend) {
+			out = append(out, pools[i].Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func multiTenancyOffMessage(pools []string) string {
+	if len(pools) == 1 {
+		return fmt.Sprintf("KVCachePool %s uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true", pools[0])
+	}
+	return fmt.Sprintf("KVCachePools %s use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true", strings.Join(pools, ", "))
+}

@@ -1,0 +1,33 @@
+package rules
+
+import (
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+// Verdict is what the rules found: the refusals (none: admitted) and the warnings a user is
+// shown either way.
+type Verdict struct {
+	Errors   field.ErrorList
+	Warnings []string
+}
+
+func (v *Verdict) refuse(errs ...*field.Error) { v.Errors = append(v.Errors, errs...) }
+
+func (v *Verdict) warn(w ...string) { v.Warnings = append(v.Warnings, w...) }
+
+// poolBackend is the one backend a pool names, or "" when it does not name exactly one.
+func poolBackend(p *kvv1.KVCachePool) string {
+	if len(p.Spec.Backends) != 1 {
+		return ""
+	}
+	return p.Spec.Backends[0]
+}
+
+// keepsNoLedger reports whether a backend is managed with multi-tenancy off: its master keeps no
+// tenant ledger, so ceilings are not enforced and every write lands in the default tenant.
+func keepsNoLedger(b *kvv1.KVCacheBackend) bool {
+	m := b.Spec.Connection.Managed
+	return m != nil && !m.Leader.MultiTenancyEnabled()
+}
