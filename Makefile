@@ -50,7 +50,13 @@ cluster-down:
 ## and the real cluster (test/cluster starts and stops its own unless one is up)
 test: tools images
 	export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)" KVCACHE_HELM="$$($(TOOLS) path helm)"; \
-	go test $(GO_TEST_FLAGS) ./...
+	go test $(GO_TEST_FLAGS) ./... && \
+	go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
+
+# The packages whose code runs concurrently (one Renderer and one Injector shared by every
+# admission and worker; the launcher's elector, master and label goroutines), run again under
+# the race detector.
+RACE_PACKAGES := ./generator/ ./injection/ ./webhook/ ./leader/
 
 ## snapshots: refresh golden files (review every diff before committing)
 # (only the packages whose tests use internal/golden know the -update flag; -p 1 because one

@@ -76,6 +76,28 @@ type Engine struct {
 	// HierarchicalCacheFlag, when set, is appended last unless the container names it: SGLang's
 	// store hangs off its host-memory tier.
 	HierarchicalCacheFlag string
+	// Serve is how a managed deployment launches the engine on a model.
+	Serve Serve
+}
+
+// Serve is how an engine's server is launched on a model: Program, then Subcommand (if any),
+// then the model (after ModelFlag, or positional), then PortFlag and the port.
+type Serve struct {
+	Subcommand string
+	ModelFlag  string
+	PortFlag   string
+}
+
+// ServeArgv is the command and args that serve model on port.
+func (e Engine) ServeArgv(model string, port int32) (command, args []string) {
+	command = e.Program.argv()
+	if s := e.Serve.Subcommand; s != "" {
+		args = append(args, s)
+	}
+	if f := e.Serve.ModelFlag; f != "" {
+		args = append(args, f)
+	}
+	return command, append(args, model, e.Serve.PortFlag, fmt.Sprint(port))
 }
 
 // Flags every engine shares.
@@ -90,6 +112,10 @@ const (
 	// TenantEnv carries SGLang's tenant.
 	TenantEnv = "MOONCAKE_TENANT_ID"
 )
+
+// MetadataServer is the transfer engine's metadata mode everywhere: peers exchange segment
+// descriptors by handshake, so no metadata service runs.
+const MetadataServer = "P2PHANDSHAKE"
 
 // The Mooncake client's variables, as SGLang's reader and the store's own member
 // (mc_store_rest_server) read them.
@@ -143,6 +169,7 @@ var (
 )
 
 var (
+	vllmServe     = Serve{Subcommand: "serve", PortFlag: "--port"}
 	vllmProgram   = Program{Executable: "vllm", Engine: "vLLM"}
 	sglangProgram = Program{Module: "sglang.launch_server", Engine: "SGLang"}
 )
@@ -160,6 +187,7 @@ var (
 		RefusedFlags:  []string{kvOffloadingSize},
 		KVCacheDtypes: vllmDtypes,
 		StagingBuffer: VLLMStagingBuffer,
+		Serve:         vllmServe,
 	}
 	VLLMAscend = Engine{
 		Name: "vLLM-Ascend", ID: "vllm-ascend", Vehicle: VehicleFile, Connector: "AscendStoreConnector",
@@ -176,6 +204,7 @@ var (
 		Transports:    []string{"ascend"},
 		KVCacheDtypes: vllmAscendDtypes,
 		StagingBuffer: VLLMStagingBuffer,
+		Serve:         vllmServe,
 	}
 	SGLang = Engine{
 		Name: "SGLang", ID: "sglang", Vehicle: VehicleEnvironment,
@@ -188,6 +217,7 @@ var (
 			GlobalSegmentSizeEnv, LocalHostnameEnv},
 		KVCacheDtypes:         sglangDtypes,
 		StagingBuffer:         SGLangStagingBuffer,
+		Serve:                 Serve{ModelFlag: "--model-path", PortFlag: "--port"},
 		HierarchicalCacheFlag: enableHierarchicalFlag,
 	}
 )

@@ -164,21 +164,12 @@ func (r *Renderer) roleValues(in ModelDeploymentInput, role kvv1.Role) (roleValu
 	if role.Replicas != nil {
 		rv.Replicas = *role.Replicas
 	}
-	version := strings.TrimPrefix(md.Spec.Engine.Version, "v")
-	switch e.Name {
-	case engines.SGLang.Name:
-		rv.Image, rv.Port = fmt.Sprintf(d.SGLangImage, version), d.SGLangPort
-		rv.Command = []string{"python3", "-m", "sglang.launch_server"}
-		rv.Args = []string{"--model-path", md.Spec.Model.Name, "--port", fmt.Sprint(rv.Port)}
-	case engines.VLLMAscend.Name:
-		rv.Image, rv.Port = fmt.Sprintf(d.VLLMAscendImage, version), d.VLLMPort
-	default:
-		rv.Image, rv.Port = fmt.Sprintf(d.VLLMImage, version), d.VLLMPort
+	ed, ok := d.Engines[e.ID]
+	if !ok {
+		return roleValues{}, fmt.Errorf("values/defaults.yaml has no modelDeployment.engines.%s", e.ID)
 	}
-	if e.VLLMFamily() {
-		rv.Command = []string{"vllm"}
-		rv.Args = []string{"serve", md.Spec.Model.Name, "--port", fmt.Sprint(rv.Port)}
-	}
+	rv.Image, rv.Port = fmt.Sprintf(ed.Image, strings.TrimPrefix(md.Spec.Engine.Version, "v")), ed.Port
+	rv.Command, rv.Args = e.ServeArgv(md.Spec.Model.Name, rv.Port)
 	if role.Image != "" {
 		rv.Image = role.Image
 	}
@@ -227,11 +218,10 @@ func (r *Renderer) roleValues(in ModelDeploymentInput, role kvv1.Role) (roleValu
 	if len(res.Limits) > 0 || len(res.Requests) > 0 {
 		rv.Resources = &res
 	}
-	// The Ascend prefill/decode legs move KV through the host's driver tree.
-	if e.Name == engines.VLLMAscend.Name && rv.role != engines.RoleNone {
-		rv.Volumes = append(rv.Volumes, corev1.Volume{Name: "ascend-driver", VolumeSource: corev1.VolumeSource{
-			HostPath: &corev1.HostPathVolumeSource{Path: d.AscendDriverPath}}})
-		rv.VolumeMounts = append(rv.VolumeMounts, corev1.VolumeMount{Name: "ascend-driver", MountPath: d.AscendDriverPath, ReadOnly: true})
+	if m := ed.DisaggregationHostMount; m != nil && rv.role != engines.RoleNone {
+		rv.Volumes = append(rv.Volumes, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: m.Path}}})
+		rv.VolumeMounts = append(rv.VolumeMounts, corev1.VolumeMount{Name: m.Name, MountPath: m.Path, ReadOnly: true})
 	}
 	return rv, nil
 }

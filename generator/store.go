@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/values"
 )
 
@@ -258,11 +259,11 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 	protocol := b.EffectiveProtocol(i).StoreSpelling()
 	mv.Args = append([]string{fmt.Sprintf("--port=%d", mv.RestPort)}, g.ExtraArgs...)
 	mv.Env = []corev1.EnvVar{
-		{Name: "MOONCAKE_MASTER", Value: master},
-		{Name: "MOONCAKE_TE_META_DATA_SERVER", Value: "P2PHANDSHAKE"},
-		{Name: "MOONCAKE_PROTOCOL", Value: protocol},
-		fieldEnv("MOONCAKE_LOCAL_HOSTNAME", "status.podIP"),
-		{Name: "MOONCAKE_GLOBAL_SEGMENT_SIZE", Value: strconv.FormatInt(g.CapacityPerMember.Value(), 10)},
+		{Name: engines.MasterEnv, Value: master},
+		{Name: engines.MetadataServerEnv, Value: engines.MetadataServer},
+		{Name: engines.ProtocolEnv, Value: protocol},
+		fieldEnv(engines.LocalHostnameEnv, "status.podIP"),
+		{Name: engines.GlobalSegmentSizeEnv, Value: strconv.FormatInt(g.CapacityPerMember.Value(), 10)},
 	}
 	// The staging buffer is always written: left unset, the member allocates the store's 1 GiB
 	// default, which its memory request would not hold.
@@ -271,8 +272,8 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 		buffer = g.LocalBufferSize.DeepCopy()
 	}
 	mv.Env = append(mv.Env,
-		corev1.EnvVar{Name: "MOONCAKE_LOCAL_BUFFER_SIZE", Value: strconv.FormatInt(buffer.Value(), 10)},
-		corev1.EnvVar{Name: "MC_TE_METRIC", Value: "1"})
+		corev1.EnvVar{Name: engines.LocalBufferSizeEnv, Value: strconv.FormatInt(buffer.Value(), 10)},
+		corev1.EnvVar{Name: engines.MetricEnv, Value: "1"})
 	mv.Env = append(mv.Env, g.ExtraEnv...)
 
 	// DRAM members hold their segment in the Pod's own memory, so the request claims it; a VRAM

@@ -31,14 +31,25 @@ type Store struct {
 	EFAResource           string `json:"efaResource"`
 }
 
-// ModelDeployment holds a managed deployment's images and ports.
+// ModelDeployment holds a managed deployment's per-engine values, by engine id.
 type ModelDeployment struct {
-	VLLMImage        string `json:"vllmImage"`
-	VLLMAscendImage  string `json:"vllmAscendImage"`
-	SGLangImage      string `json:"sglangImage"`
-	VLLMPort         int32  `json:"vllmPort"`
-	SGLangPort       int32  `json:"sglangPort"`
-	AscendDriverPath string `json:"ascendDriverPath"`
+	Engines map[string]EngineDefaults `json:"engines"`
+}
+
+// EngineDefaults are one engine's values in a managed deployment.
+type EngineDefaults struct {
+	// Image is a format with the version (without a leading v) as its one verb.
+	Image string `json:"image"`
+	Port  int32  `json:"port"`
+	// DisaggregationHostMount, when set, is a host tree the engine's prefill and decode halves
+	// mount read-only at the same path.
+	DisaggregationHostMount *HostMount `json:"disaggregationHostMount,omitempty"`
+}
+
+// HostMount is a host path mounted at the same path, and its volume's name.
+type HostMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // Defaults is the parsed defaults.yaml.

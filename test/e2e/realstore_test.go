@@ -1,7 +1,6 @@
 //go:build linux
 
-// Package e2e_test runs the operator against a REAL Mooncake store (SPEC section 9, "Real
-// store"): the controllers run against a real kube-apiserver and etcd (envtest), and the
+// Package e2e_test runs the operator against a REAL Mooncake store: the controllers run against a real kube-apiserver and etcd (envtest), and the
 // store's processes are the PyPI wheel's mooncake_master and mc_store_rest_server on loopback,
 // started from what the operator rendered into the cluster. A Python client configured from the
 // injected mooncake.json moves real bytes through them.

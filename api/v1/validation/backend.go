@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/engines"
 )
 
 const (
@@ -117,11 +118,11 @@ const (
 
 var (
 	derivedMemberEnv = map[string]string{
-		"MOONCAKE_MASTER": envFromSpec, "MOONCAKE_TE_META_DATA_SERVER": envFromSpec, "MOONCAKE_PROTOCOL": envFromSpec,
-		"MOONCAKE_LOCAL_HOSTNAME": envFromPod, "MOONCAKE_GLOBAL_SEGMENT_SIZE": envFromSpec,
-		"MOONCAKE_LOCAL_BUFFER_SIZE": envFromSpec, "MC_TE_METRIC": envMetric, "MOONCAKE_DEVICE": envDeviceUnset,
+		engines.MasterEnv: envFromSpec, engines.MetadataServerEnv: envFromSpec, engines.ProtocolEnv: envFromSpec,
+		engines.LocalHostnameEnv: envFromPod, engines.GlobalSegmentSizeEnv: envFromSpec,
+		engines.LocalBufferSizeEnv: envFromSpec, engines.MetricEnv: envMetric, engines.DeviceEnv: envDeviceUnset,
 		// A config file replaces every variable above.
-		"MOONCAKE_CONFIG_PATH": "a configuration file would replace every MOONCAKE_* variable the operator sets",
+		engines.ConfigPathEnv: "a configuration file would replace every MOONCAKE_* variable the operator sets",
 	}
 	derivedLeaderEnv = map[string]string{
 		"POD_NAME": envLauncher, "POD_NAMESPACE": envLauncher,

@@ -46,7 +46,7 @@ type refusedLeaderKey struct {
 	key, reason string
 }
 
-// refusedLeaderKeys lists every refused leader flag key (SPEC section 4) with its reason.
+// refusedLeaderKeys lists every refused leader flag key with its reason.
 func refusedLeaderKeys() []refusedLeaderKey {
 	return []refusedLeaderKey{
 		{"rpc_port", wantReasonPorts},

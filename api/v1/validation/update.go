@@ -118,7 +118,7 @@ var (
 	roleKinds   = []string{string(kvv1.RoleServer), string(kvv1.RolePrefill), string(kvv1.RoleDecode)}
 )
 
-// ValidateModelDeployment checks a ModelDeployment's shape on its own (SPEC section 7): the
+// ValidateModelDeployment checks a ModelDeployment's shape on its own: the
 // model and engine, the roles and their names (each role renders a Deployment and a Service
 // named <deployment>-<role>), and the Prefill/Decode pairing. Call it on a defaulted object.
 func ValidateModelDeployment(md *kvv1.ModelDeployment) field.ErrorList {

@@ -45,8 +45,7 @@ type FakeOptions struct {
 	// the master requires). Ignored without MultiTenancy.
 	Tenants map[string]int64
 	// NoSegmentsDetail emulates a master older than 0.3.12: /get_segments_detail answers 404.
-	// The zero value is a master that has it (the "SupportsSegments, default true" of the
-	// brief, inverted so that the zero value is the default).
+	// The zero value is a master that has it.
 	NoSegmentsDetail bool
 	// ReadOnlyPolicy emulates the policy file on a read-only mount (a ConfigMap volume): every
 	// PUT and DELETE of a tenant answers 500/-1503 PERSISTENT_FAIL and changes nothing.
