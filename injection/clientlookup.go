@@ -9,9 +9,18 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 )
 
-// ClientLookup resolves through the API server: the Binding live through an uncached reader
-// (a Binding created a moment ago must admit the Pods naming it), pools, backends and Settings
-// from the manager's cache with a live read when the cache has not seen the object yet.
+// ClientLookup resolves through the API server: every object from the manager's cache, with a
+// live read when the cache has not seen it (yet), so a Binding created a moment ago admits the
+// Pods that name it and steady state costs no API reads.
+//
+// What injection reads from a Binding is immutable (spec.poolRef, spec.domain) except its
+// deletionTimestamp, so the cache can be behind only on a deletion. A deleting Binding is
+// refused once the cache has the update that set deletionTimestamp. Between that update
+// committing and this replica's watch delivering it (milliseconds on a healthy watch; while the
+// watch is broken, until the informer re-lists) the cache holds the Binding as it was and a Pod
+// naming it is admitted, like one whose live read ran just before the delete call; the same
+// window applies after a Binding is deleted outright, or deleted and created again with another
+// domain. Once the cache has dropped it, the live read finds it gone (or the new one).
 type ClientLookup struct {
 	// Cached is the manager's cached client.
 	Cached client.Reader
@@ -21,10 +30,10 @@ type ClientLookup struct {
 
 var _ Lookup = ClientLookup{}
 
-// Binding implements Lookup: always live.
+// Binding implements Lookup: from the cache, live on a miss.
 func (l ClientLookup) Binding(ctx context.Context, ns, name string) (*kvv1.KVCachePoolBinding, error) {
 	b := &kvv1.KVCachePoolBinding{}
-	if err := l.Live.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+	if err := l.getCachedThenLive(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -20,9 +20,9 @@ import (
 
 var sprintf = fmt.Sprintf
 
-// Lookup reads what injection resolves. Binding must read the live object (never a cache): a
-// Binding created a moment ago must admit the Pods that name it. A missing object is reported
-// with an error for which apierrors.IsNotFound is true.
+// Lookup reads what injection resolves. A Binding created a moment ago must admit the Pods that
+// name it, so a cached Lookup reads live when its cache has not seen the Binding. A missing
+// object is reported with an error for which apierrors.IsNotFound is true.
 type Lookup interface {
 	Binding(ctx context.Context, namespace, name string) (*kvv1.KVCachePoolBinding, error)
 	Pool(ctx context.Context, name string) (*kvv1.KVCachePool, error)

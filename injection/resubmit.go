@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 )
 
@@ -25,6 +26,45 @@ const ReasonStale = "WrittenKeysStale"
 // annotations, the projected volume and its mount, the appended arguments) and injecting the
 // rest again with every check.
 func (i *Injector) resubmitted(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup, a annotations, container string, dtypeOwned bool) (*corev1.Pod, Result, error) {
+	diffs, res, err := i.writtenNow(ctx, pod, namespace, lookup, a, container, dtypeOwned)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if len(diffs) > 0 {
+		return nil, Result{}, refuse(ReasonStale,
+			"the Pod carries keys injection writes (the output of kvcache inject, or a manifest copied from a running Pod), and they are not what injection writes now for KVCachePoolBinding %s/%s: %s; re-run kvcache inject on the manifest, or drop the written keys (annotations %s and %s, and the injected env, args and volume) and let the webhook inject it",
+			namespace, a.binding, strings.Join(diffs, "; "), AnnotationInjected, AnnotationClientConfig)
+	}
+	return pod.DeepCopy(), res, nil
+}
+
+// Drift compares what a running Pod was injected with (master address, transport, tenant,
+// dtype: every written key) with what injection writes now for its Binding, and describes each
+// difference; none when they agree, or when the Pod was never injected. A Pod whose Binding no
+// longer resolves, or that injection would refuse now, yields that *Refusal.
+func (i *Injector) Drift(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup) ([]string, error) {
+	if !OptedIn(pod) || pod.Annotations[AnnotationInjected] == "" {
+		return nil, nil
+	}
+	a, rf := readAnnotations(pod)
+	if rf != nil {
+		return nil, rf
+	}
+	c, rf := chooseContainer(pod, a.container)
+	if rf != nil {
+		return nil, rf
+	}
+	dtypeOwned, err := lookup.DtypeOwned(ctx)
+	if err != nil {
+		return nil, lookupFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
+	}
+	diffs, _, err := i.writtenNow(ctx, pod, namespace, lookup, a, c.Name, dtypeOwned)
+	return diffs, err
+}
+
+// writtenNow takes off what injection adds to pod, injects the rest again with every check, and
+// names each written key of pod that differs from that.
+func (i *Injector) writtenNow(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup, a annotations, container string, dtypeOwned bool) ([]string, Result, error) {
 	pre, rf, err := i.attach(ctx, lookup, namespace, a, dtypeOwned)
 	if rf != nil {
 		return nil, Result{}, rf
@@ -41,12 +81,7 @@ func (i *Injector) resubmitted(ctx context.Context, pod *corev1.Pod, namespace s
 	if !argsMatch && !slices.Contains(diffs, argsDiffer) {
 		diffs = append(diffs, argsDiffer)
 	}
-	if len(diffs) > 0 {
-		return nil, Result{}, refuse(ReasonStale,
-			"the Pod carries keys injection writes (the output of kvcache inject, or a manifest copied from a running Pod), and they are not what injection writes now for KVCachePoolBinding %s/%s: %s; re-run kvcache inject on the manifest, or drop the written keys (annotations %s and %s, and the injected env, args and volume) and let the webhook inject it",
-			namespace, a.binding, strings.Join(diffs, "; "), AnnotationInjected, AnnotationClientConfig)
-	}
-	return pod.DeepCopy(), res, nil
+	return diffs, res, nil
 }
 
 // strip returns a copy of pod without what injection adds to it: the written annotations, the

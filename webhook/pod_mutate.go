@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -80,11 +79,12 @@ func (m *PodMutator) Admit(ctx context.Context, req admission.Request) Outcome {
 	if err != nil {
 		return errored(http.StatusInternalServerError, err, "InternalError")
 	}
-	raw, err := json.Marshal(out)
+	// A Pod that comes back unchanged (resubmitted as injection writes it) gets no patch.
+	ops, err := podPatch(pod, out)
 	if err != nil {
 		return errored(http.StatusInternalServerError, err, "InternalError")
 	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	resp := admission.Patched("", ops...)
 	resp.Warnings = res.Warnings
 	return admitted(resp)
 }

@@ -382,6 +382,7 @@ const cacheMiss = "read live when the cache has not seen the object (injection.C
 // "list" is granted wherever "watch" is used: informers stream their initial list over a watch
 // where the API server supports it (WatchList) and fall back to LIST where it does not.
 var unusedButNeeded = map[string]string{
+	"worker.gpustack.ai/kvcachepoolbindings get":            cacheMiss,
 	"worker.gpustack.ai/kvcachebackends get":                cacheMiss,
 	"worker.gpustack.ai/kvcachepools get":                   cacheMiss,
 	"worker.gpustack.ai/instancetypes get":                  cacheMiss,

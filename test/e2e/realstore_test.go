@@ -345,7 +345,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 			Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 	}
 	// What the webhook does on Pod CREATE: the same injection function, resolving through the
-	// API server (Binding live; pool, backend and Settings from the same client here).
+	// API server (cached then live; both readers are the same client here).
 	injected, res, err := injection.New(r).Inject(ctx, vllm, tenantNamespace, injection.ClientLookup{Cached: c, Live: c})
 	require.NoError(t, err)
 	require.True(t, res.Injected)

@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -315,4 +317,76 @@ func TestReplicaSetPodIsInjectedLikeABarePod(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(pod), stored))
 	assertSamePod(t, ref, stored)
 	assert.Equal(t, "chat-5d8f7c9b6", stored.OwnerReferences[0].Name)
+}
+
+// bindingWithLedger creates a Binding of shared-dram in the user namespace carrying the ledger
+// finalizer the pool controller puts on it, so deleting it leaves it deleting (no controller
+// runs here to release it); the finalizer is dropped when the test ends.
+func bindingWithLedger(t *testing.T, name string) *kvv1.KVCachePoolBinding {
+	t.Helper()
+	ctx := context.Background()
+	b := &kvv1.KVCachePoolBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: userNamespace, Name: name, Finalizers: []string{kvv1.FinalizerBinding}},
+		Spec: kvv1.KVCachePoolBindingSpec{
+			PoolRef: kvv1.LocalReference{Name: "shared-dram"}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("1Gi")},
+			Domain: kvv1.Domain{Name: "team-a-" + name, BlockSize: 64, Dtype: "bfloat16"},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, b))
+	t.Cleanup(func() {
+		live := &kvv1.KVCachePoolBinding{}
+		if env.Client.Get(ctx, client.ObjectKeyFromObject(b), live) == nil {
+			live.Finalizers = nil
+			_ = env.Client.Update(ctx, live)
+			_ = env.Client.Delete(ctx, live)
+		}
+	})
+	return b
+}
+
+// A Binding created a moment ago admits the Pods that name it: when the manager's cache has not
+// seen it yet, the webhook reads it live, once.
+func TestBindingCreatedAMomentAgoAdmitsItsPods(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	for i := range 5 {
+		name := fmt.Sprintf("fresh-%d", i)
+		bindingWithLedger(t, name)
+		before := apiRequests(t, "GET", "kvcachepoolbindings")
+		pod := vllmPod(map[string]string{injection.LabelInject: "true"})
+		pod.Annotations[injection.AnnotationBinding] = name
+		got, err := create(t, pod, name)
+		require.NoError(t, err, "a Pod naming a Binding created just before it")
+		stored := &corev1.Pod{}
+		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(got), stored))
+		assert.Contains(t, stored.Annotations[injection.AnnotationInjected], `"binding":"`+name+`"`)
+		assert.LessOrEqual(t, apiRequests(t, "GET", "kvcachepoolbindings")-before, 1.0, "at most the one live read of a cache miss")
+	}
+}
+
+// A Binding being deleted admits no new Pods once the manager's cache has the deletion, and the
+// refusal then costs no API read. (Before the watch delivers it, a Pod may still be admitted:
+// the window injection.ClientLookup documents.)
+func TestDeletingBindingIsRefusedFromTheCache(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	ctx := context.Background()
+	b := bindingWithLedger(t, "closing")
+	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
+	pod.Annotations[injection.AnnotationBinding] = b.Name
+	_, err := create(t, pod, "closing-while-live")
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Delete(ctx, b))
+	const refusal = `admission webhook "inject.pods.kvcache.gpustack.ai" denied the request: KVCachePoolBinding team-a/closing is being deleted, so new Pods may not attach to it; name another Binding`
+	attempt := 0
+	require.Eventually(t, func() bool {
+		attempt++
+		_, err := create(t, pod, fmt.Sprintf("closing-%d", attempt))
+		return err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), refusal)
+	}, 10*time.Second, 20*time.Millisecond, "the webhook never refused the deleting Binding")
+	before := apiRequests(t, "GET", "kvcachepoolbindings")
+	for i := range 5 {
+		_, err := create(t, pod, fmt.Sprintf("closing-refused-%d", i))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), refusal)
+	}
+	assert.Zero(t, apiRequests(t, "GET", "kvcachepoolbindings")-before, "refused from the cache, without a live read")
 }

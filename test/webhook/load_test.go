@@ -46,9 +46,15 @@ func apiRequests(t testing.TB, verb, resource string) float64 {
 	return total
 }
 
-// The webhook's only API read per admission is the live GET of the Binding; pools, backends
-// and Settings come from the manager's cache.
-func TestEachAdmissionReadsTheBindingLiveAndNothingElse(t *testing.T) {
+// apiReads counts the API server's reads of one resource (GET and LIST).
+func apiReads(t testing.TB, resource string) float64 {
+	return apiRequests(t, "GET", resource) + apiRequests(t, "LIST", resource)
+}
+
+// An admission reads nothing from the API server for a Binding the manager's cache has: the
+// Binding, pools, backends and Settings all come from the cache. A Binding the cache has not
+// seen costs exactly one live read (here one that does not exist, which is then refused).
+func TestAdmissionReadsTheBindingLiveOnlyWhenTheCacheHasNotSeenIt(t *testing.T) {
 	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
 	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
 	_, err := create(t, pod, "reads-warmup") // lets the cache start its informers
@@ -56,17 +62,24 @@ func TestEachAdmissionReadsTheBindingLiveAndNothingElse(t *testing.T) {
 	before := map[string]float64{}
 	resources := []string{"kvcachepoolbindings", "kvcachepools", "kvcachebackends", "settings"}
 	for _, r := range resources {
-		before[r] = apiRequests(t, "GET", r) + apiRequests(t, "LIST", r)
+		before[r] = apiReads(t, r)
 	}
 	const n = 20
 	for i := range n {
 		_, err := create(t, pod, fmt.Sprintf("reads-%d", i))
 		require.NoError(t, err)
 	}
-	assert.Equal(t, float64(n), apiRequests(t, "GET", "kvcachepoolbindings")+apiRequests(t, "LIST", "kvcachepoolbindings")-before["kvcachepoolbindings"], "one live Binding read per admission")
-	for _, r := range resources[1:] {
-		assert.Zero(t, apiRequests(t, "GET", r)+apiRequests(t, "LIST", r)-before[r], "no API reads of %s: they come from the cache", r)
+	for _, r := range resources {
+		assert.Zero(t, apiReads(t, r)-before[r], "no API reads of %s: they come from the cache", r)
 	}
+
+	absent := pod.DeepCopy()
+	absent.Annotations[injection.AnnotationBinding] = "absent"
+	was := apiReads(t, "kvcachepoolbindings")
+	_, err = create(t, absent, "reads-absent")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `KVCachePoolBinding "absent" not found in namespace "team-a"`)
+	assert.Equal(t, 1.0, apiReads(t, "kvcachepoolbindings")-was, "one live read for a Binding the cache has not seen")
 }
 
 // admissionQuantiles estimates quantiles of kvcache_admission_duration_seconds for one webhook
