@@ -49,11 +49,12 @@ func ModelDeployment(ctx context.Context, o Objects, old, obj *kvv1.ModelDeploym
 		return v, readError("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
 	}
 	dtypeOwned := kvv1.DtypeOwned(value)
-	errs, err := attachment(ctx, o, md, roleEngines, attaching, dtypeOwned)
+	errs, warnings, err := attachment(ctx, o, md, roleEngines, attaching, dtypeOwned)
 	if err != nil {
 		return v, err
 	}
 	v.refuse(errs...)
+	v.warn(warnings...)
 	v.refuse(ownedKeys(md, roleEngines, dtypeOwned)...)
 	return v, nil
 }
@@ -105,45 +106,50 @@ func roleEnginesOf(ctx context.Context, o Objects, md *kvv1.ModelDeployment) ([]
 // attachment resolves Binding -> pool -> backend and checks every role's engine against the
 // backend's transport and the Binding's dtype, as injection does for a Pod. Messages speak of
 // the deployment's own fields.
-func attachment(ctx context.Context, o Objects, md *kvv1.ModelDeployment, roleEngines []roleEngine, attaching, dtypeOwned bool) (field.ErrorList, error) {
+func attachment(ctx context.Context, o Objects, md *kvv1.ModelDeployment, roleEngines []roleEngine, attaching, dtypeOwned bool) (field.ErrorList, []string, error) {
 	bp := field.NewPath("spec", "kvCache", "poolRef", "name")
 	name := md.Spec.KVCache.PoolRef.Name
 	binding, found, err := o.Binding(ctx, md.Namespace, name)
 	if err != nil {
-		return nil, readError(fmt.Sprintf("KVCachePoolBinding %s/%s", md.Namespace, name), err)
+		return nil, nil, readError(fmt.Sprintf("KVCachePoolBinding %s/%s", md.Namespace, name), err)
 	}
 	if !found {
 		e := field.NotFound(bp, name)
 		e.Detail = fmt.Sprintf("no KVCachePoolBinding of this name in namespace %s; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache", md.Namespace)
-		return field.ErrorList{e}, nil
+		return field.ErrorList{e}, nil, nil
 	}
 	if attaching && binding.DeletionTimestamp != nil {
-		return field.ErrorList{field.Forbidden(bp, fmt.Sprintf("KVCachePoolBinding %s/%s is being deleted, so new workloads may not attach to it; name another Binding", md.Namespace, name))}, nil
+		return field.ErrorList{field.Forbidden(bp, fmt.Sprintf("KVCachePoolBinding %s/%s is being deleted, so new workloads may not attach to it; name another Binding", md.Namespace, name))}, nil, nil
 	}
 	poolName := binding.Spec.PoolRef.Name
 	pool, found, err := o.Pool(ctx, poolName)
 	if err != nil {
-		return nil, readError("KVCachePool "+poolName, err)
+		return nil, nil, readError("KVCachePool "+poolName, err)
 	}
 	if !found {
-		return field.ErrorList{field.Invalid(bp, name, fmt.Sprintf("KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, md.Namespace, name))}, nil
+		return field.ErrorList{field.Invalid(bp, name, fmt.Sprintf("KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, md.Namespace, name))}, nil, nil
 	}
 	backendName := poolBackend(pool)
 	if backendName == "" {
-		return nil, nil // the pool's own validation refuses this
+		return nil, nil, nil // the pool's own validation refuses this
 	}
 	backend, found, err := o.Backend(ctx, backendName)
 	if err != nil {
-		return nil, readError("KVCacheBackend "+backendName, err)
+		return nil, nil, readError("KVCacheBackend "+backendName, err)
 	}
 	if !found {
-		return field.ErrorList{field.Invalid(bp, name, fmt.Sprintf("KVCacheBackend %q, the backend of KVCachePool %q, does not exist; ask an administrator to create it", backendName, poolName))}, nil
+		return field.ErrorList{field.Invalid(bp, name, fmt.Sprintf("KVCacheBackend %q, the backend of KVCachePool %q, does not exist; ask an administrator to create it", backendName, poolName))}, nil, nil
 	}
 	backend.Default()
+	storeImage, err := StoreImage(ctx, o, backend)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	// One check per distinct engine, in role order; vLLM-Ascend names the roles and the
 	// InstanceTypes that select it, since the deployment itself says vLLM.
 	var errs field.ErrorList
+	var warnings []string
 	var checked []string
 	for _, re := range roleEngines {
 		if slices.Contains(checked, re.engine.ID) {
@@ -159,6 +165,9 @@ func attachment(ctx context.Context, o Objects, md *kvv1.ModelDeployment, roleEn
 				errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
 			}
 		}
+		if w := VersionSkew(re.engine, md.Spec.Engine.Version, backend.Name, storeImage); w != "" {
+			warnings = append(warnings, prefix+w)
+		}
 		protocol, rf := injection.Transport(re.engine, backend, poolName)
 		if rf == nil {
 			errs = append(errs, fabricRules(md, protocol, poolName)...)
@@ -166,7 +175,36 @@ func attachment(ctx context.Context, o Objects, md *kvv1.ModelDeployment, roleEn
 		}
 		errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
 	}
-	return errs, nil
+	return errs, warnings, nil
+}
+
+// StoreImage is the image a managed backend's master runs (spec.image, else the Setting
+// kv-cache-backend-image); "" for an external backend, whose image this project cannot see.
+func StoreImage(ctx context.Context, o Objects, b *kvv1.KVCacheBackend) (string, error) {
+	if b.Spec.Connection.Managed == nil {
+		return "", nil
+	}
+	setting, _, err := o.Setting(ctx, kvv1.SettingKVCacheBackendImage)
+	if err != nil {
+		return "", readError("the Setting "+kvv1.SettingKVCacheBackendImage, err)
+	}
+	return b.StoreImage(-1, setting), nil
+}
+
+// VersionSkew says why an engine release and a store image are on different Mooncake lines, ""
+// when they are on one or either is unknown.
+func VersionSkew(e engines.Engine, version, backend, storeImage string) string {
+	client, ok := e.BundledClient(version)
+	if !ok {
+		return ""
+	}
+	clientLine, _ := engines.MooncakeLine(client)
+	storeLine, ok := engines.MooncakeLine(engines.ImageTag(storeImage))
+	if !ok || storeLine == clientLine {
+		return ""
+	}
+	return fmt.Sprintf("%s %s bundles the Mooncake client %s, and the master of KVCacheBackend %s runs %s (Mooncake %s): a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900); use an engine release on the store's line, or a store image of Mooncake %s",
+		e.Name, strings.TrimPrefix(version, "v"), client, backend, storeImage, storeLine, clientLine)
 }
 
 // ascendRoles says which roles run vLLM as vLLM-Ascend and why, as a message prefix.

@@ -617,6 +617,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 		objs[1] = vtBackend("mooncake-dram", protocols...)
 		return objs
 	}
+	const skewSGLang = "SGLang 0.5.18 bundles the Mooncake client 0.3.12.post1, and the master of KVCacheBackend mooncake-dram runs gpustack/mirrored-mooncake:0.3.13.post1-cpu (Mooncake 0.3.13): a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900); use an engine release on the store's line, or a store image of Mooncake 0.3.12"
 	fp8Cluster := func() []client.Object {
 		objs := vtWalkthrough()
 		b := vtBinding("team-a", "team-a", "shared-dram", "")
@@ -743,6 +744,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 				md.Spec.Engine = kvv1.Engine{Name: kvv1.EngineSGLang, Version: "0.5.18"}
 				return md
 			}(),
+			warn: admission.Warnings{skewSGLang},
 		},
 		{
 			name:    "two ascend roles on a tcp pool are refused once, naming both",
@@ -793,6 +795,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 				return md
 			}(),
 			want: []string{"spec.roles[0].env[1].name: Forbidden: SGLANG_HICACHE_MOONCAKE_CONFIG_PATH selects where SGLang reads its store configuration from, which would leave every value the Binding configures unread; remove it and let the Binding configure the store"},
+			warn: admission.Warnings{skewSGLang},
 		},
 		{
 			name:    "the shape rules run too: a Prefill role without a Decode role is refused",
@@ -814,6 +817,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 			cluster: fp8Cluster(),
 			obj:     sglang(vtDeployment()),
 			want:    []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePoolBinding team-a/team-a has the dtype "fp8", which SGLang does not accept for --kv-cache-dtype, so the engine would exit at start on an argument error; SGLang accepts auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1: attach through a Binding whose domain's dtype SGLang accepts (a domain is immutable, so another dtype needs another Binding)`},
+			warn:    admission.Warnings{skewSGLang},
 		},
 		{
 			name:    "vLLM attached to the same fp8 Binding is admitted: the Binding stays valid for engines that take its dtype",
@@ -824,6 +828,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 			name:    "SGLang on an fp8 Binding is admitted while the Setting leaves the dtype to containers",
 			cluster: append(fp8Cluster(), vtSetting(kvv1.SettingKVCacheDtypeOwned, "false")),
 			obj:     sglang(vtDeployment()),
+			warn:    admission.Warnings{skewSGLang},
 		},
 		{
 			name:    "a bare -- in a role's extraArgs is refused: the attachment's flags would become positionals",
