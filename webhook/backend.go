@@ -17,13 +17,13 @@ type BackendValidator struct {
 
 // ValidateCreate implements admission.Validator.
 func (v *BackendValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.Backend(ctx, clusterObjects{v.Reader}, nil, obj)
+	verdict, err := rules.Backend(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
 	return answer("KVCacheBackend", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *BackendValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.Backend(ctx, clusterObjects{v.Reader}, oldObj, newObj)
+	verdict, err := rules.Backend(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
 	return answer("KVCacheBackend", newObj.Name, verdict, err)
 }
 

@@ -17,13 +17,13 @@ type BindingValidator struct {
 
 // ValidateCreate implements admission.Validator.
 func (v *BindingValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCachePoolBinding) (admission.Warnings, error) {
-	verdict, err := rules.Binding(ctx, clusterObjects{v.Reader}, nil, obj)
+	verdict, err := rules.Binding(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
 	return answer("KVCachePoolBinding", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *BindingValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCachePoolBinding) (admission.Warnings, error) {
-	verdict, err := rules.Binding(ctx, clusterObjects{v.Reader}, oldObj, newObj)
+	verdict, err := rules.Binding(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
 	return answer("KVCachePoolBinding", newObj.Name, verdict, err)
 }
 

@@ -17,13 +17,13 @@ type ModelDeploymentValidator struct {
 
 // ValidateCreate implements admission.Validator.
 func (v *ModelDeploymentValidator) ValidateCreate(ctx context.Context, obj *kvv1.ModelDeployment) (admission.Warnings, error) {
-	verdict, err := rules.ModelDeployment(ctx, clusterObjects{v.Reader}, nil, obj)
+	verdict, err := rules.ModelDeployment(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
 	return answer("ModelDeployment", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *ModelDeploymentValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.ModelDeployment) (admission.Warnings, error) {
-	verdict, err := rules.ModelDeployment(ctx, clusterObjects{v.Reader}, oldObj, newObj)
+	verdict, err := rules.ModelDeployment(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
 	return answer("ModelDeployment", newObj.Name, verdict, err)
 }
 

@@ -17,13 +17,13 @@ type PoolValidator struct {
 
 // ValidateCreate implements admission.Validator.
 func (v *PoolValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCachePool) (admission.Warnings, error) {
-	verdict, err := rules.Pool(ctx, clusterObjects{v.Reader}, nil, obj)
+	verdict, err := rules.Pool(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
 	return answer("KVCachePool", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *PoolValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCachePool) (admission.Warnings, error) {
-	verdict, err := rules.Pool(ctx, clusterObjects{v.Reader}, oldObj, newObj)
+	verdict, err := rules.Pool(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
 	return answer("KVCachePool", newObj.Name, verdict, err)
 }
 

@@ -167,35 +167,11 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 // the warning lines.
 func injectDocument(ctx context.Context, inj *injection.Injector, lookup injection.Lookup, d document, namespace string) (outDoc, string, []string, error) {
 	keep := outDoc{raw: d.raw}
-	gvk, j, err := d.typeMeta()
-	if err != nil {
-		return keep, "", nil, usageErrorf("%v", err)
+	h, err := decodePodHolder(d, namespace)
+	if err != nil || h == nil || !injection.OptedIn(h.pod) {
+		return keep, "", nil, err
 	}
-	newObj, ok := podHolders[gvk.GroupKind()]
-	if !ok {
-		return keep, "", nil, nil
-	}
-	obj := newObj()
-	if err := d.decodeStrict(j, obj); err != nil {
-		return keep, "", nil, usageErrorf("%v", err)
-	}
-	obj.GetObjectKind().SetGroupVersionKind(gvk)
-	objMeta, spec := podTemplate(obj)
-	top, _ := obj.(metav1.Object)
-	obj.GetObjectKind().SetGroupVersionKind(gvk)
-	ns := top.GetNamespace()
-	if ns == "" {
-		ns = namespace
-	}
-	name := top.GetName()
-	if name == "" {
-		name = top.GetGenerateName()
-	}
-	pod := &corev1.Pod{ObjectMeta: *objMeta.DeepCopy(), Spec: *spec.DeepCopy()}
-	if !injection.OptedIn(pod) {
-		return keep, "", nil, nil
-	}
-	pod.Namespace = ns
+	pod, ns, name, gvk, j := h.pod, h.namespace, h.name, h.gvk, h.json
 	out, res, err := inj.Inject(ctx, pod, ns, lookup)
 	var rf *injection.Refusal
 	if errors.As(err, &rf) {
@@ -213,6 +189,46 @@ func injectDocument(ctx context.Context, inj *injection.Injector, lookup injecti
 		return keep, "", nil, err
 	}
 	return outDoc{raw: d.raw, obj: doc}, "", warns, nil
+}
+
+// podHolder is a document holding a Pod or a Pod template, as the Pod it would create.
+type podHolder struct {
+	pod       *corev1.Pod
+	namespace string // the document's, or the default for documents that name none
+	name      string
+	gvk       schema.GroupVersionKind
+	json      []byte
+}
+
+// decodePodHolder reads a document as one of the kinds that hold a Pod template; nil for any
+// other kind.
+func decodePodHolder(d document, namespace string) (*podHolder, error) {
+	gvk, j, err := d.typeMeta()
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	newObj, ok := podHolders[gvk.GroupKind()]
+	if !ok {
+		return nil, nil
+	}
+	obj := newObj()
+	if err := d.decodeStrict(j, obj); err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	objMeta, spec := podTemplate(obj)
+	top, _ := obj.(metav1.Object)
+	ns := top.GetNamespace()
+	if ns == "" {
+		ns = namespace
+	}
+	name := top.GetName()
+	if name == "" {
+		name = top.GetGenerateName()
+	}
+	pod := &corev1.Pod{ObjectMeta: *objMeta.DeepCopy(), Spec: *spec.DeepCopy()}
+	pod.Namespace = ns
+	return &podHolder{pod: pod, namespace: ns, name: name, gvk: gvk, json: j}, nil
 }
 
 // replaceTemplate writes the injected Pod's labels, annotations and spec into the original

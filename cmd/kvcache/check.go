@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/check"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+)
+
+type checkOptions struct {
+	files           []string
+	cluster         []string
+	kubeconfig      string
+	context         string
+	namespace       string
+	allNamespaces   bool
+	systemNamespace string
+	output          string
+}
+
+func newCheckCommand() *cobra.Command {
+	o := &checkOptions{}
+	cmd := &cobra.Command{
+		Use:   "check [-f FILE]... [--cluster FILE]...",
+		Short: "Diagnose a live cluster, or manifests, and say what to fix",
+		Long: `Check reports one finding per line: PASS, WARN or FAIL, the check, the object, and the fix.
+It exits 1 when any finding is a FAIL.
+
+Without -f it checks the cluster of the kubeconfig (kubectl's conventions: --kubeconfig,
+--context, -n, -A): the Pod webhooks are configured and answer through the API server with a CA
+that verifies their certificate; the manager holds its controllers' Lease; every backend is Ready
+with its capacity observed, its members mounted on the nodes its groups select and, when it
+elects, its leader's Lease held; every Binding's tenant is granted, its domain its own and its
+cache written to; every injected Pod still matches what injection writes now; every
+ModelDeployment passes the admission rules, its engine on its store's Mooncake line. It only
+reads, apart from a server-side dry-run create of an opted-in Pod that proves the webhook
+answers.
+
+With -f it checks manifests as the webhooks would judge them if applied to a cluster holding the
+--cluster files: every admission rule on this API's objects, and the injection of every opted-in
+Pod and Pod template.`,
+		Args: cobra.NoArgs,
+		RunE: o.run,
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&o.files, "filename", "f", nil, "manifests to check offline (repeatable; - reads stdin)")
+	f.StringArrayVar(&o.cluster, "cluster", nil, "with -f: the objects the cluster already holds (Bindings, pools, backends, Settings, InstanceTypes)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Bindings, ModelDeployments and Pods to check (default: the context's); with -f, of documents that name none")
+	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "check Bindings, ModelDeployments and Pods in every namespace")
+	f.StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace managed stores and the manager's Lease live in")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	return cmd
+}
+
+func (o *checkOptions) run(cmd *cobra.Command, _ []string) error {
+	switch o.output {
+	case "table", "json", "yaml":
+	default:
+		return usageErrorf("--output %q: use table, json or yaml", o.output)
+	}
+	if o.allNamespaces && o.namespace != "" {
+		return usageErrorf("-n and -A are exclusive: name one namespace, or all")
+	}
+	r, err := generator.NewRenderer()
+	if err != nil {
+		return err
+	}
+	var report *check.Report
+	if len(o.files) > 0 {
+		report, err = o.offline(cmd, r)
+	} else {
+		if len(o.cluster) > 0 {
+			return usageErrorf("--cluster describes the cluster of an offline check: give the manifests with -f")
+		}
+		report, err = o.live(cmd, r)
+	}
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := report.Write(&out, o.output); err != nil {
+		return err
+	}
+	if _, err := cmd.OutOrStdout().Write(out.Bytes()); err != nil {
+		return err
+	}
+	if report.Failed() {
+		return &exitError{code: exitInvalid, msg: fmt.Sprintf("check: %d findings FAIL", report.Counts()[check.Fail])}
+	}
+	return nil
+}
+
+// offline checks manifests: this API's objects by the admission rules, Pods by injection.
+func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*check.Report, error) {
+	ns := o.namespace
+	if ns == "" {
+		ns = "default"
+	}
+	docs, err := readInputs(o.files, cmd.InOrStdin())
+	if err != nil {
+		return nil, err
+	}
+	var apiDocs []document
+	var pods []check.PodInput
+	for _, d := range docs {
+		gvk, _, err := d.typeMeta()
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		if gvk.Group == kvv1.GroupVersion.Group {
+			apiDocs = append(apiDocs, d)
+			continue
+		}
+		h, err := decodePodHolder(d, ns)
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			pods = append(pods, check.PodInput{Object: h.gvk.Kind + "/" + h.namespace + "/" + h.name, Namespace: h.namespace, Pod: h.pod})
+		}
+	}
+	creates, err := readAPIInput(apiDocs)
+	if err != nil {
+		return nil, err
+	}
+	var clusterDocs []document
+	if len(o.cluster) > 0 {
+		if clusterDocs, err = readInputs(o.cluster, cmd.InOrStdin()); err != nil {
+			return nil, err
+		}
+	}
+	cluster, err := readAPIInput(clusterDocs)
+	if err != nil {
+		return nil, err
+	}
+	// The Pods resolve against everything, the manifests' own objects included, as they would
+	// once applied.
+	lookup := injection.NewStaticLookup(
+		slices.Concat(cluster.backends, creates.backends), slices.Concat(cluster.pools, creates.pools),
+		slices.Concat(cluster.bindings, creates.bindings), slices.Concat(cluster.settings, creates.settings),
+		o.systemNamespace, r.Defaults())
+	return check.Offline(cmd.Context(), cluster.files(), creates.files(), creates.models, pods, injection.New(r), lookup)
+}
+
+// live checks the cluster of the kubeconfig.
+func (o *checkOptions) live(cmd *cobra.Command, r *generator.Renderer) (*check.Report, error) {
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	loading.ExplicitPath = o.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: o.context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, usageErrorf("no cluster to check: %v (pass --kubeconfig or --context, or check manifests with -f)", err)
+	}
+	ns := o.namespace
+	if ns == "" && !o.allNamespaces {
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+	}
+	scheme, err := generator.NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return check.Live(cmd.Context(), c, check.LiveOptions{
+		SystemNamespace: o.systemNamespace, Namespace: ns, Injector: injection.New(r),
+	})
+}

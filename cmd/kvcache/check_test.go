@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvcache-operator/kvcache/internal/golden"
+)
+
+// Offline check: every admission rule and the injection of every opted-in Pod over manifests,
+// one finding per line, as a table and as JSON, pinned as goldens; exit 1 when a finding fails.
+func TestCheckSnapshots(t *testing.T) {
+	dir := golden.Dir("check")
+	for _, format := range []struct{ output, suffix string }{{"table", ".table.txt"}, {"json", ".json"}} {
+		for _, c := range golden.Cases(t, dir, ".input.yaml", format.suffix) {
+			t.Run(c.Name+"/"+format.output, func(t *testing.T) {
+				code, out, errOut := kvcache(t, "", "check", "-f", c.Input, "-o", format.output)
+				golden.Assert(t, c.Golden, []byte(out))
+				failed := strings.Contains(out, "FAIL")
+				if format.output == "json" {
+					var r struct {
+						Findings []struct{ Level string } `json:"findings"`
+					}
+					require.NoError(t, json.Unmarshal([]byte(out), &r))
+					failed = false
+					for _, f := range r.Findings {
+						failed = failed || f.Level == "FAIL"
+					}
+				}
+				if failed {
+					assert.Equal(t, exitInvalid, code, "a FAIL exits 1")
+					assert.Contains(t, errOut, "findings FAIL")
+				} else {
+					assert.Equal(t, 0, code, errOut)
+				}
+			})
+		}
+	}
+}
+
+func TestCheckUsage(t *testing.T) {
+	code, _, errOut := kvcache(t, "", "check", "-f", "x.yaml", "-o", "wide")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, `--output "wide": use table, json or yaml`)
+	code, _, errOut = kvcache(t, "", "check", "-n", "a", "-A")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "-n and -A are exclusive")
+	code, _, errOut = kvcache(t, "", "check", "--cluster", "x.yaml")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "give the manifests with -f")
+	code, _, errOut = kvcache(t, "", "check", "--kubeconfig", os.DevNull)
+	assert.Equal(t, exitUsage, code, errOut)
+	assert.Contains(t, errOut, "no cluster to check")
+}

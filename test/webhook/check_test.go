@@ -1,0 +1,137 @@
+package webhook_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/check"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/internal/golden"
+)
+
+// liveCheck runs `kvcache check` against the suite's API server, for team-a.
+func liveCheck(t *testing.T) *check.Report {
+	t.Helper()
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	report, err := check.Live(context.Background(), env.Client, check.LiveOptions{
+		SystemNamespace: managerNamespace, Namespace: userNamespace, Injector: injection.New(r),
+	})
+	require.NoError(t, err)
+	return report
+}
+
+// findings are a report's findings of one check, by object.
+func findings(r *check.Report, name string) map[string]check.Finding {
+	out := map[string]check.Finding{}
+	for _, f := range r.Findings {
+		if f.Check == name {
+			out[f.Object] = f
+		}
+	}
+	return out
+}
+
+// The webhooks are configured, and a dry-run create of an opted-in Pod reaches the Pod webhook
+// through the API server, which answers; with a caBundle that does not verify the server, the
+// same probe FAILs with the API server's own error.
+func TestCheckSeesTheWebhooksAnswerAndACABundleThatDoesNot(t *testing.T) {
+	r := liveCheck(t)
+	configured := findings(r, "webhook.configured")
+	require.Len(t, configured, 2, "%+v", r.Findings)
+	for _, f := range configured {
+		assert.Equal(t, check.Pass, f.Level, f.Message)
+	}
+	answers := findings(r, "webhook.answers")["Namespace/"+userNamespace]
+	assert.Equal(t, check.Pass, answers.Level, answers.Message)
+
+	ctx := context.Background()
+	name := hooks.MutatingWebhooks[0].Name
+	var good []byte
+	setCA := func(ca []byte) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, m); err != nil {
+				return err
+			}
+			for i := range m.Webhooks {
+				if m.Webhooks[i].Name == check.WebhookInject {
+					if good == nil {
+						good = m.Webhooks[i].ClientConfig.CABundle
+					}
+					m.Webhooks[i].ClientConfig.CABundle = ca
+				}
+			}
+			return env.Client.Update(ctx, m)
+		}))
+	}
+	setCA(otherCA(t))
+	t.Cleanup(func() { setCA(good) })
+	require.Eventually(t, func() bool {
+		return findings(liveCheck(t), "webhook.answers")["Namespace/"+userNamespace].Level == check.Fail
+	}, 10*time.Second, 200*time.Millisecond, "the API server picks up the new caBundle")
+	bad := findings(liveCheck(t), "webhook.answers")["Namespace/"+userNamespace]
+	assert.Contains(t, bad.Message, `The API server could not call the Pod webhook: `)
+	assert.Contains(t, bad.Message, `failed calling webhook "inject.pods.kvcache.gpustack.ai"`)
+	assert.Contains(t, bad.Message, "x509")
+	assert.Contains(t, bad.Fix, "caBundle verifies its certificate")
+}
+
+// otherCA is a CA that signed nothing the webhook serves.
+func otherCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "not-the-webhook-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// A Pod injected before its store moved (the pool's Client endpoint changed: a backend
+// re-created, another system namespace) is found drifted, with the key that differs and the fix;
+// one still current passes.
+func TestCheckFindsPodsInjectedForAStoreThatMoved(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	p, err := create(t, vllmPod(map[string]string{injection.LabelInject: "true"}), "drifting")
+	require.NoError(t, err)
+	object := "Pod/" + userNamespace + "/" + p.Name
+	current := findings(liveCheck(t), "pod.drift")[object]
+	assert.Equal(t, check.Pass, current.Level, current.Message)
+
+	ctx := context.Background()
+	moveTo := func(endpoint string) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			pool := &kvv1.KVCachePool{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: "shared-dram"}, pool); err != nil {
+				return err
+			}
+			pool.Status.ClientEndpoint = endpoint
+			return env.Client.Status().Update(ctx, pool)
+		}))
+	}
+	moveTo("mooncake-dram-leader.kv-store.svc:50051")
+	drift := findings(liveCheck(t), "pod.drift")[object]
+	assert.Equal(t, check.Warn, drift.Level, drift.Message)
+	assert.Contains(t, drift.Message, `master_server_address "mooncake-dram-leader.gpustack-system.svc:50051", now "mooncake-dram-leader.kv-store.svc:50051"`)
+	assert.Contains(t, drift.Fix, "recreate the Pod")
+}
