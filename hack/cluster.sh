@@ -71,6 +71,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
 
@@ -163,18 +165,9 @@ wait_for() {
 # ---------------------------------------------------------------------------------------------
 # Prerequisites
 
-ensure_packages() {
-  local missing=() p installed
-  installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${PACKAGES[@]}" 2>/dev/null | awk '/ ok installed$/ {print $1}' || true)
-  for p in "${PACKAGES[@]}"; do grep -qx "$p" <<<"$installed" || missing+=("$p"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  command -v apt-get >/dev/null 2>&1 || die "missing Debian packages (${missing[*]}) and no apt-get to install them"
-  log "installing Debian packages: ${missing[*]}"
-  # A brand-new machine has no package lists yet. Debian's containerd ships only a systemd unit,
-  # so installing it starts no daemon where systemd does not run.
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-}
+# Debian's containerd ships only a systemd unit, so installing it starts no daemon where systemd
+# does not run.
+ensure_packages() { ensure_debs "${PACKAGES[@]}"; }
 
 check_host() {
   [ "$(id -u)" -eq 0 ] || die "must run as root (bridges, iptables, cgroups and mounts)"

@@ -46,6 +46,8 @@ export GOFLAGS=-mod=readonly GOWORK=off PATH=/usr/local/sbin:/usr/local/bin:/usr
 
 log() { echo "images: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}'; }
 sha() { sha256sum | cut -c1-16; }
@@ -63,18 +65,6 @@ image_name() {
     pause) echo "registry.k8s.io/pause:$(sed -n 's/^PAUSE_VERSION=//p' "$HERE/tools.sh")" ;;
     *) die "unknown image $1 (have: ${IMAGES[*]})" ;;
   esac
-}
-
-ensure_debs() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q ' ok installed$' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  [ "$(id -u)" -eq 0 ] || die "need root to install Debian packages: ${missing[*]}"
-  log "installing Debian packages: ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
 # imagebuild: the archive writer, compiled once per source version. Its version is part of every

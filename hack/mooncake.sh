@@ -26,6 +26,8 @@ MARKER=.kvcache-mooncake-complete
 
 log() { echo "mooncake: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The wheel bundles glog, gflags, yaml-cpp, jsoncpp, zstd, xxhash, liburing, asio and the etcd
 # client; readelf -d on every binary and .so in it leaves exactly three libraries that must come
@@ -36,56 +38,10 @@ die() { log "$*"; exit 1; }
 # LD_LIBRARY_PATH is ever needed. Format: soname:debian-package.
 SYSTEM_LIBS=(libibverbs.so.1:libibverbs1 libnuma.so.1:libnuma1 libcurl.so.4:libcurl4)
 
-# missing_packages: print the Debian packages of SYSTEM_LIBS that are not installed. dpkg-query
-# answers in ~10 ms, cheap enough for every run. Off Debian nothing is reported, and the load
-# check after installation names whatever is really missing.
-missing_packages() {
-  command -v dpkg-query >/dev/null 2>&1 || return 0
-  local pkgs=() entry installed
-  for entry in "${SYSTEM_LIBS[@]}"; do pkgs+=("${entry#*:}"); done
-  installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null | awk '/ ok installed$/ {print $1}' || true)
-  for entry in "${pkgs[@]}"; do
-    grep -qx "$entry" <<<"$installed" || echo "$entry"
-  done
-}
-
-# as_root CMD...: run CMD as root, through sudo when this user is not root.
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else die "need root to run: $* (install those packages, or install sudo)"
-  fi
-}
-
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || die "missing system packages ($*) and no apt-get to install them"
-  log "installing Debian packages: $*"
-  # A brand-new machine has no package lists yet: update before installing, only on this path.
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-}
-
 ensure_system_libs() {
-  local missing
-  mapfile -t missing < <(missing_packages)
-  if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
-}
-
-# pick_python: print a Python (>= 3.10, as the wheel requires) whose venv module can bootstrap pip.
-# Debian's own python3 lacks ensurepip until python3-venv is installed.
-pick_python() {
-  local py=${MOONCAKE_PYTHON:-python3}
-  if ! command -v "$py" >/dev/null 2>&1; then
-    [ -z "${MOONCAKE_PYTHON:-}" ] || die "MOONCAKE_PYTHON=$py not found"
-    apt_install python3 python3-venv
-  fi
-  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-    die "$py is $("$py" -V 2>&1); $MOONCAKE_PACKAGE needs Python >= 3.10 (set MOONCAKE_PYTHON)"
-  if ! "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    [ "$(command -v "$py")" = /usr/bin/python3 ] || die "$py has no ensurepip/venv module"
-    apt_install python3-venv
-  fi
-  command -v "$py"
+  local pkgs=() entry
+  for entry in "${SYSTEM_LIBS[@]}"; do pkgs+=("${entry#*:}"); done
+  ensure_debs "${pkgs[@]}"
 }
 
 venv_ready() { [ -L "$VENV" ] && [ -f "$VENV/$MARKER" ] && [ -x "$VENV/bin/mooncake_master" ]; }
@@ -109,7 +65,7 @@ check_loads() {
 # which the next run deletes; $VENV itself is either absent or complete.
 build_venv() {
   local py build
-  py=$(pick_python)
+  py=$(pick_python MOONCAKE_PYTHON "$MOONCAKE_PACKAGE")
   mkdir -p "$BASE_DIR"
   # Leftovers of interrupted runs: every venv.* that $VENV does not point to. Safe because the
   # caller holds the lock, so no other run is building one right now.

@@ -45,37 +45,8 @@ MARKER=.kvcache-readers-complete
 
 log() { echo "readers: $*" >&2; }
 die() { log "$*"; exit 1; }
-
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else die "need root to run: $* (install those packages, or install sudo)"
-  fi
-}
-
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || die "missing $* and no apt-get to install them"
-  log "installing Debian packages: $*"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
-}
-
-# pick_python: print a Python >= 3.10 (pydantic and the readers' syntax need it) whose venv module
-# can bootstrap pip. Debian's own python3 lacks ensurepip until python3-venv is installed.
-pick_python() {
-  local py=${READERS_PYTHON:-python3}
-  if ! command -v "$py" >/dev/null 2>&1; then
-    [ -z "${READERS_PYTHON:-}" ] || die "READERS_PYTHON=$py not found"
-    apt_install python3 python3-venv
-  fi
-  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-    die "$py is $("$py" -V 2>&1); the readers need Python >= 3.10 (set READERS_PYTHON)"
-  if ! "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    [ "$(command -v "$py")" = /usr/bin/python3 ] || die "$py has no ensurepip/venv module"
-    apt_install python3-venv
-  fi
-  command -v "$py"
-}
+# shellcheck source=hack/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ready() { [ -f "$BASE_DIR/$MARKER" ] && [ -x "$BASE_DIR/venv/bin/python" ]; }
 
@@ -93,7 +64,7 @@ EOF
 
 build() {
   local build fetch dl sdist
-  PY=$(pick_python)
+  PY=$(pick_python READERS_PYTHON "the readers")
   mkdir -p "$TOOLS_DIR"
   build=$(mktemp -d "$TOOLS_DIR/.readers-build.XXXXXXXX")
   chmod 755 "$build"  # mktemp makes it 0700; the cache is shared like any cached tool

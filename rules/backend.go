@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -19,14 +18,9 @@ import (
 // again, so a controller can always remove its finalizer.
 func Backend(ctx context.Context, o Objects, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
 	var v Verdict
-	b := obj.DeepCopy()
-	b.Default()
-	if old != nil {
-		old = old.DeepCopy()
-		old.Default()
-		if equality.Semantic.DeepEqual(old.Spec, b.Spec) {
-			return v, nil
-		}
+	old, b, unchanged := defaulted(old, obj, func(b *kvv1.KVCacheBackend) any { return b.Spec })
+	if unchanged {
+		return v, nil
 	}
 	image, _, err := o.Setting(ctx, kvv1.SettingKVCacheBackendImage)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -18,14 +17,9 @@ import (
 // update; the ceiling is checked against the pool's total whenever the pool can be read.
 func Binding(ctx context.Context, o Objects, old, obj *kvv1.KVCachePoolBinding) (Verdict, error) {
 	var v Verdict
-	b := obj.DeepCopy()
-	b.Default()
-	if old != nil {
-		old = old.DeepCopy()
-		old.Default()
-		if equality.Semantic.DeepEqual(old.Spec, b.Spec) {
-			return v, nil
-		}
+	old, b, unchanged := defaulted(old, obj, func(b *kvv1.KVCachePoolBinding) any { return b.Spec })
+	if unchanged {
+		return v, nil
 	}
 	pool, refusal, err := bindingPool(ctx, o, b, old == nil)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -24,17 +23,11 @@ import (
 // attachment owns or that would leave it unread.
 func ModelDeployment(ctx context.Context, o Objects, old, obj *kvv1.ModelDeployment) (Verdict, error) {
 	var v Verdict
-	md := obj.DeepCopy()
-	md.Default()
-	attaching := true
-	if old != nil {
-		old = old.DeepCopy()
-		old.Default()
-		if equality.Semantic.DeepEqual(old.Spec, md.Spec) {
-			return v, nil
-		}
-		attaching = old.Spec.KVCache == nil || md.Spec.KVCache == nil || old.Spec.KVCache.PoolRef.Name != md.Spec.KVCache.PoolRef.Name
+	old, md, unchanged := defaulted(old, obj, func(md *kvv1.ModelDeployment) any { return md.Spec })
+	if unchanged {
+		return v, nil
 	}
+	attaching := old == nil || old.Spec.KVCache == nil || md.Spec.KVCache == nil || old.Spec.KVCache.PoolRef.Name != md.Spec.KVCache.PoolRef.Name
 	v.refuse(validation.ValidateModelDeployment(md)...)
 	c := md.Spec.KVCache
 	if c == nil || c.PoolRef.Name == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -16,14 +15,9 @@ import (
 // refuse.
 func Pool(ctx context.Context, o Objects, old, obj *kvv1.KVCachePool) (Verdict, error) {
 	var v Verdict
-	p := obj.DeepCopy()
-	p.Default()
-	if old != nil {
-		old = old.DeepCopy()
-		old.Default()
-		if equality.Semantic.DeepEqual(old.Spec, p.Spec) {
-			return v, nil
-		}
+	old, p, unchanged := defaulted(old, obj, func(p *kvv1.KVCachePool) any { return p.Spec })
+	if unchanged {
+		return v, nil
 	}
 	v.refuse(validation.ValidatePool(p)...)
 	if old != nil {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -30,4 +31,27 @@ func poolBackend(p *kvv1.KVCachePool) string {
 func keepsNoLedger(b *kvv1.KVCacheBackend) bool {
 	m := b.Spec.Connection.Managed
 	return m != nil && !m.Leader.MultiTenancyEnabled()
+}
+
+// object is a kind of this API as the rules handle it: copied, then defaulted as the API server
+// defaults it.
+type object[T any] interface {
+	*T
+	DeepCopy() *T
+	Default()
+}
+
+// defaulted returns defaulted copies of obj and old (nil on create), and whether an update
+// leaves spec as it was: such an update (labels, annotations, finalizers) is admitted without
+// judging the object again, so a controller can always remove its finalizer even when an object
+// a rule reads is gone or a rule has tightened since.
+func defaulted[T any, P object[T]](old, obj P, spec func(P) any) (o, n P, unchanged bool) {
+	n = obj.DeepCopy()
+	n.Default()
+	if old == nil {
+		return nil, n, false
+	}
+	o = old.DeepCopy()
+	o.Default()
+	return o, n, equality.Semantic.DeepEqual(spec(o), spec(n))
 }

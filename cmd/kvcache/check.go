@@ -133,13 +133,7 @@ func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*chec
 	if err != nil {
 		return nil, err
 	}
-	var clusterDocs []document
-	if len(o.cluster) > 0 {
-		if clusterDocs, err = readInputs(o.cluster, cmd.InOrStdin()); err != nil {
-			return nil, err
-		}
-	}
-	cluster, err := readAPIInput(clusterDocs)
+	cluster, err := readClusterFiles(o.cluster, cmd.InOrStdin())
 	if err != nil {
 		return nil, err
 	}

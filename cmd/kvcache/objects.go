@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -165,6 +166,19 @@ func readAPIInput(docs []document) (*apiInput, error) {
 		}
 	}
 	return in, nil
+}
+
+// readClusterFiles reads the --cluster files: the objects a cluster already holds (none when no
+// file is given).
+func readClusterFiles(files []string, stdin io.Reader) (*apiInput, error) {
+	var docs []document
+	if len(files) > 0 {
+		var err error
+		if docs, err = readInputs(files, stdin); err != nil {
+			return nil, err
+		}
+	}
+	return readAPIInput(docs)
 }
 
 func qualifiedName(o kvObject) string {

@@ -5,11 +5,13 @@ package mooncaketest
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,8 +92,35 @@ type Proc struct {
 	out   *syncBuffer
 	done  chan struct{}
 	err   error
+	code  int // valid once done is closed
 	grace time.Duration
 }
+
+// Done is closed once the process has exited and been reaped.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// ExitCode is the exit code (128+N when signal N ended it), valid once Done is closed.
+func (p *Proc) ExitCode() int { return p.code }
+
+// Pid is the process's id (and its group's).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Wait waits up to d for the process to exit and returns its exit code (128+N when signal N
+// ended it); the test fails when it does not exit in time.
+func (p *Proc) Wait(t testing.TB, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		t.Fatalf("%s did not exit within %s", p.name, d)
+		return -1
+	}
+}
+
+// Signal signals the process alone, not its group, as the kubelet signals a container's first
+// process.
+func (p *Proc) Signal(sig syscall.Signal) { _ = syscall.Kill(p.Pid(), sig) }
 
 // Exited reports whether the process has exited (and been reaped).
 func (p *Proc) Exited() bool {
@@ -138,12 +167,12 @@ func (p *Proc) Stop() {
 }
 
 // childEnv is the test process's environment without the Mooncake variables (MOONCAKE_*,
-// MC_*), so that nothing from the caller's shell configures a store process behind the test's
-// back, followed by extra.
-func childEnv(extra []string) []string {
+// MC_*) and any other prefix in drop, so that nothing from the caller's shell configures a store
+// process behind the test's back, followed by extra.
+func childEnv(extra []string, drop ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "MOONCAKE_") || strings.HasPrefix(kv, "MC_") {
+		if slices.ContainsFunc(append([]string{"MOONCAKE_", "MC_"}, drop...), func(p string) bool { return strings.HasPrefix(kv, p) }) {
 			continue
 		}
 		env = append(env, kv)
@@ -164,14 +193,45 @@ func procAttr() *syscall.SysProcAttr {
 // and a failed test logs its output.
 func Start(t testing.TB, name string, grace time.Duration, env []string, bin string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{name: name, out: &syncBuffer{}, done: make(chan struct{}), grace: grace}
+	return StartWith(t, name, Options{Grace: grace, Env: env}, bin, args...)
+}
+
+// Options configure [StartWith].
+type Options struct {
+	// Grace between SIGTERM and SIGKILL when the process is stopped.
+	Grace time.Duration
+	// Env is added to the environment; variables starting with a DropEnv prefix are taken out
+	// of the test's own first.
+	Env     []string
+	DropEnv []string
+	// Stdin is the process's standard input; Stdout, when set, receives its standard output
+	// instead of [Proc.Output].
+	Stdin  io.Reader
+	Stdout io.Writer
+}
+
+// StartWith is [Start] with every option.
+func StartWith(t testing.TB, name string, o Options, bin string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{name: name, out: &syncBuffer{}, done: make(chan struct{}), grace: o.Grace}
 	// Not the test's context: the process is stopped gracefully by Stop, not killed on cancel.
 	p.cmd = exec.CommandContext(context.Background(), bin, args...)
-	p.cmd.Env = childEnv(env)
+	p.cmd.Env = childEnv(o.Env, o.DropEnv...)
+	p.cmd.Stdin = o.Stdin
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if o.Stdout != nil {
+		p.cmd.Stdout = o.Stdout
+	}
 	p.cmd.SysProcAttr = procAttr()
 	require.NoError(t, p.cmd.Start(), "starting %s", name)
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	go func() {
+		p.err = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			p.code = 128 + int(ws.Signal())
+		}
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"testing"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,3 +72,19 @@ func (e *Env) Stop() error { return e.env.Stop() }
 
 // Environment exposes the underlying envtest environment (webhook install options, etc.).
 func (e *Env) Environment() *envtest.Environment { return e.env }
+
+// StartForTest boots an API server for one test and stops it when the test ends; a failure to
+// start fails the test, saying what the suite needed it for and how to provide it.
+func StartForTest(t testing.TB, purpose string, opts ...func(*envtest.Environment)) *Env {
+	t.Helper()
+	env, err := Start(opts...)
+	if err != nil {
+		t.Fatalf("%v\n%s runs against a real kube-apiserver and etcd: run `make tools` and `export KUBEBUILDER_ASSETS=$(hack/tools.sh assets)` (or use `make test`)", err, purpose)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping envtest: %v", err)
+		}
+	})
+	return env
+}

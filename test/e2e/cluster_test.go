@@ -38,17 +38,7 @@ const pollInterval = time.Second
 func startEnvtest(t *testing.T) *testenv.Env {
 	t.Helper()
 	ctrl.SetLogger(logr.Discard())
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatalf("%v\nthe end-to-end test runs the controllers against a real kube-apiserver and etcd: "+
-			"run `make tools` and `export KUBEBUILDER_ASSETS=$(hack/tools.sh assets)` (or use `make test`)", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping envtest: %v", err)
-		}
-	})
-	return env
+	return testenv.StartForTest(t, "the end-to-end test")
 }
 
 // startManager starts the operator's manager (controllers only) with every backend's admin

@@ -55,7 +55,7 @@ func startClient(t *testing.T, python, masterAddr, tenant string, localBuffer in
 		close(c.answers)
 	}()
 	go func() {
-		<-c.p.done
+		<-c.p.Done()
 		_ = outW.Close()
 	}()
 	t.Cleanup(func() { _ = inW.Close() })
@@ -78,11 +78,11 @@ func (c *storeClient) next(d time.Duration) (clientAnswer, error) {
 	select {
 	case a, ok := <-c.answers:
 		if !ok {
-			return clientAnswer{}, fmt.Errorf("the client exited:\n%s", c.p.out.String())
+			return clientAnswer{}, fmt.Errorf("the client exited:\n%s", c.p.Output())
 		}
 		return a, nil
 	case <-time.After(d):
-		return clientAnswer{}, fmt.Errorf("the client did not answer within %s:\n%s", d, c.p.out.String())
+		return clientAnswer{}, fmt.Errorf("the client did not answer within %s:\n%s", d, c.p.Output())
 	}
 }
 

@@ -40,17 +40,7 @@ import (
 func startEnvtest(t *testing.T) *testenv.Env {
 	t.Helper()
 	ctrl.SetLogger(logr.Discard())
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatalf("%v\nthe failover test campaigns against a real kube-apiserver and etcd: "+
-			"run `make tools` and `export KUBEBUILDER_ASSETS=$(hack/tools.sh assets)` (or use `make test`)", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping envtest: %v", err)
-		}
-	})
-	return env
+	return testenv.StartForTest(t, "the failover test")
 }
 
 // buildKvcache builds the kvcache binary as the operator image ships it (static, CGO off).

@@ -198,8 +198,8 @@ func (cl *haCluster) start(p *leaderPod) {
 		"PATH=" + cl.venvBin + string(os.PathListSeparator) + os.Getenv("PATH"), // mooncake_master, as on the store image
 	}, nil, nil, cl.kvcache, args...)
 	_, err := poll(20*time.Second, func() error {
-		if p.p.exited() {
-			return fmt.Errorf("%s exited (%d):\n%s", p.p.name, p.p.code, p.p.out.String())
+		if p.p.Exited() {
+			return fmt.Errorf("%s exited (%d):\n%s", p.p.name, p.p.ExitCode(), p.p.Output())
 		}
 		if _, ok := p.p.event("standby: campaigning for the Lease"); !ok {
 			return fmt.Errorf("%s is not campaigning yet", p.p.name)
@@ -266,10 +266,10 @@ func (cl *haCluster) awaitLeader(d time.Duration, notName string) *leaderPod {
 // oneMaster checks that lead's launcher runs a master and no other launcher does.
 func (cl *haCluster) oneMaster(lead *leaderPod) error {
 	for _, p := range cl.pods {
-		if p.p.exited() {
+		if p.p.Exited() {
 			continue
 		}
-		kids := childrenOf(p.p.pid())
+		kids := childrenOf(p.p.Pid())
 		if p == lead {
 			ev, ok := p.p.event("master started")
 			if !ok || len(kids) != 1 || kids[0] != ev.PID {
@@ -351,10 +351,10 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 	t0 := time.Now()
 	switch kind {
 	case "graceful": // the kubelet stopping the container: SIGTERM to its first process only
-		old.p.signal(syscall.SIGTERM)
+		old.p.Signal(syscall.SIGTERM)
 	case "crash": // the Pod dying: every process of it, at once
 		_ = syscall.Kill(-oldMaster.PID, syscall.SIGKILL)
-		_ = syscall.Kill(-old.p.pid(), syscall.SIGKILL)
+		_ = syscall.Kill(-old.p.Pid(), syscall.SIGKILL)
 	case "master": // the master alone dies (the OOM killer picks the biggest process)
 		_ = syscall.Kill(oldMaster.PID, syscall.SIGKILL)
 	case "partition":
@@ -399,7 +399,7 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 	// How the old term ended, by the old launcher's own account.
 	switch kind {
 	case "graceful":
-		assert.Equal(t, 0, old.p.wait(t, 15*time.Second), "a graceful stop exits 0")
+		assert.Equal(t, 0, old.p.Wait(t, 15*time.Second), "a graceful stop exits 0")
 		msgs := old.p.messages()
 		require.GreaterOrEqual(t, len(msgs), 3)
 		assert.Equal(t, []string{"stopping the master", "master stopped", "released the Lease"}, msgs[len(msgs)-3:])
@@ -411,19 +411,19 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		require.NoError(t, err)
 		assert.Equal(t, "false", label, "the old leader unlabelled itself")
 	case "crash":
-		old.p.wait(t, 5*time.Second)
+		old.p.Wait(t, 5*time.Second)
 		cl.predecessorUnlabelled(lead, old)
 	case "master":
-		assert.Equal(t, 128+int(syscall.SIGKILL), old.p.wait(t, 15*time.Second), "the launcher exits with the master's status")
+		assert.Equal(t, 128+int(syscall.SIGKILL), old.p.Wait(t, 15*time.Second), "the launcher exits with the master's status")
 		msgs := old.p.messages()
 		require.GreaterOrEqual(t, len(msgs), 2)
 		assert.Equal(t, []string{"master exited while leading", "released the Lease"}, msgs[len(msgs)-2:])
 		released, _ := old.p.event("released the Lease")
 		assert.False(t, newStart.at().Before(released.at()), "the new master starts after the release")
 	case "partition":
-		assert.Equal(t, 1, old.p.wait(t, 20*time.Second), "a lost Lease exits 1")
+		assert.Equal(t, 1, old.p.Wait(t, 20*time.Second), "a lost Lease exits 1")
 		lost, ok := old.p.event("lost the Lease: killing the master")
-		require.True(t, ok, "the old launcher says it lost the Lease:\n%s", old.p.out.String())
+		require.True(t, ok, "the old launcher says it lost the Lease:\n%s", old.p.Output())
 		t.Logf("partition: %s gave up the Lease %s after the cut (%s); the new master started %s after the cut",
 			old.name, lost.at().Sub(t0).Round(time.Millisecond), lost.Reason, newStart.at().Sub(t0).Round(time.Millisecond))
 		assert.Equal(t, "no successful renewal for "+leader.DefaultRenewDeadline.String(), lost.Reason)
@@ -455,8 +455,8 @@ func (cl *haCluster) restartInPlace(prevKey string) string {
 	require.NoError(t, err)
 	t0 := time.Now()
 	_ = syscall.Kill(-oldMaster.PID, syscall.SIGKILL)
-	_ = syscall.Kill(-old.p.pid(), syscall.SIGKILL)
-	old.p.wait(t, 5*time.Second)
+	_ = syscall.Kill(-old.p.Pid(), syscall.SIGKILL)
+	old.p.Wait(t, 5*time.Second)
 	cl.start(old)
 	lead := cl.awaitLeader(15*time.Second, "")
 	require.Equal(t, old.name, lead.name, "the restarted launcher takes its own Lease back")
@@ -511,7 +511,7 @@ func (cl *haCluster) stolen(prevKey string) {
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	t0 := time.Now()
 	require.NoError(t, cl.c.Update(ctx, l))
-	assert.Equal(t, 1, old.p.wait(t, 10*time.Second), "a lost Lease exits 1")
+	assert.Equal(t, 1, old.p.Wait(t, 10*time.Second), "a lost Lease exits 1")
 	t.Logf("stolen Lease: %s exited %s after the theft", old.name, time.Since(t0).Round(time.Millisecond))
 	lost, ok := old.p.event("lost the Lease: killing the master")
 	require.True(t, ok)
