@@ -314,9 +314,46 @@ type Endpoint struct {
 type Capacity struct {
 	// Total bytes registered by members, as the master reports it.
 	Total resource.Quantity `json:"total"`
-	// Used bytes allocated to objects, as the master reports it.
+	// Used bytes allocated to objects, as the master reports it. It moves with every write an
+	// engine makes, so while it keeps moving it is rewritten at most every 5 minutes (the
+	// master's own /metrics carries it as it moves); total is rewritten as soon as it changes.
 	// +optional
 	Used *resource.Quantity `json:"used,omitempty"`
+	// ObservedTime is when these figures were read from the store.
+	// +optional
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
+}
+
+// Cold-cache reasons: what emptied the store's cache.
+const (
+	// ColdCacheLeaderChanged: another leader replica took the election Lease. A standby holds
+	// no objects, so the new leader starts empty.
+	ColdCacheLeaderChanged = "LeaderChanged"
+	// ColdCacheMasterRestarted: the master answering is a new process (its counters started
+	// over), so every object the old one held is gone.
+	ColdCacheMasterRestarted = "MasterRestarted"
+)
+
+// LeaderStatus is the serving master as the operator observed it: who holds the election and
+// when the cache was last emptied by a failover or a restart.
+type LeaderStatus struct {
+	// Holder is the leader Pod that holds the election Lease (electing backends).
+	// +optional
+	Holder string `json:"holder,omitempty"`
+	// HolderSince is when Holder acquired the Lease (the Lease's acquireTime).
+	// +optional
+	HolderSince *metav1.Time `json:"holderSince,omitempty"`
+	// LeaseTransitions is the Lease's count of holder changes.
+	// +optional
+	LeaseTransitions *int32 `json:"leaseTransitions,omitempty"`
+	// ColdCacheSince is the time of the last change of the serving master the operator saw (a
+	// new Lease holder's acquireTime, or the first read of a restarted master): every object
+	// the store held before it misses afterwards.
+	// +optional
+	ColdCacheSince *metav1.Time `json:"coldCacheSince,omitempty"`
+	// ColdCacheReason says what emptied the cache: LeaderChanged or MasterRestarted.
+	// +optional
+	ColdCacheReason string `json:"coldCacheReason,omitempty"`
 }
 
 // MemberStatus is one member segment the master lists, joined to its Pod where known.
@@ -362,9 +399,13 @@ type KVCacheBackendStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
-	// Capacity as read from the store; absent (not zero) until the store reports it.
+	// Capacity as read from the store; absent (not zero) until the store reports it, and
+	// absent after a change of the serving master until the new master answered.
 	// +optional
 	Capacity *Capacity `json:"capacity,omitempty"`
+	// Leader is the serving master: the election's holder and the last cold cache.
+	// +optional
+	Leader *LeaderStatus `json:"leader,omitempty"`
 	// Members are the segments the master lists.
 	// +optional
 	// +listType=atomic

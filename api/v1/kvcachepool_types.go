@@ -27,9 +27,14 @@ type PoolQuota struct {
 
 // PoolUsage is what the store reports the pool's domains hold.
 type PoolUsage struct {
-	// Total bytes held by the pool's domains.
+	// Total bytes held by the pool's domains. It moves with every write an engine makes, so
+	// while it keeps moving it is rewritten at most every 5 minutes (at once when it crosses
+	// zero); the master's own /metrics carries it as it moves.
 	// +optional
 	Total *resource.Quantity `json:"total,omitempty"`
+	// ObservedTime is when Total was read from the store's ledger.
+	// +optional
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
 }
 
 // KVCachePoolStatus is observed from the backend and its tenant ledger.

@@ -59,7 +59,7 @@ type KVCachePoolBindingStatus struct {
 	// Phase summarises the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
-	// Conditions: QuotaGranted, DomainExclusive.
+	// Conditions: QuotaGranted, DomainExclusive, Releasable (while deleting).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -68,9 +68,14 @@ type KVCachePoolBindingStatus struct {
 	// keeps no ledger.
 	// +optional
 	EffectiveQuota *resource.Quantity `json:"effectiveQuota,omitempty"`
-	// Usage is what the domain holds in the store.
+	// Usage is what the domain holds in the store. It moves with every write an engine makes,
+	// so while it keeps moving it is rewritten at most every 5 minutes (at once when it
+	// crosses zero); the master's own /metrics carries it as it moves.
 	// +optional
 	Usage *resource.Quantity `json:"usage,omitempty"`
+	// UsageObservedTime is when Usage was read from the store's ledger.
+	// +optional
+	UsageObservedTime *metav1.Time `json:"usageObservedTime,omitempty"`
 	// UsedBy lists the workloads attached through this Binding.
 	// +optional
 	// +listType=atomic

@@ -108,6 +108,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "kvcache-operator",
 		LeaderElectionNamespace: o.SystemNamespace,
+		// A stopping manager gives the Lease up, so the next replica (or the next install)
+		// takes over at once instead of waiting out the Lease duration. Safe because Start
+		// returns only once every runnable stopped, and `kvcache manager` exits right after.
+		LeaderElectionReleaseOnCancel: true,
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.CertDir,
 		}),

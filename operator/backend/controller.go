@@ -1,7 +1,9 @@
 // Package backend reconciles KVCacheBackends: it renders the managed store through the one
-// generator, applies the children with server-side apply, prunes what the render no longer
-// produces, restarts member Pods whose pod spec is stale, and reports the store's state as the
-// store itself reports it (never derived from the spec).
+// generator, applies the children with server-side apply (and applies again what someone else
+// changed), prunes what the render no longer produces once nothing still references it,
+// restarts member Pods whose pod spec is stale, and reports the store's state as the store
+// itself reports it (never derived from the spec), a failover or restart of its master
+// included.
 package backend
 
 import (
@@ -25,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -56,6 +58,12 @@ type Reconciler struct {
 	Metrics *operator.Metrics
 	// PollInterval between store reads; DefaultPollInterval when zero.
 	PollInterval time.Duration
+	// UsageRefresh is how often a capacity.used that keeps changing is rewritten;
+	// operator.DefaultUsageRefresh when zero.
+	UsageRefresh time.Duration
+
+	// masters remembers the master process each backend's last read came from.
+	masters masters
 }
 
 // childKinds are the kinds the store render produces, for pruning.
@@ -81,7 +89,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	owned := builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&kvv1.KVCacheBackend{}).
+		// Status is this controller's own writing: only spec, finalizers and deletion count.
+		For(&kvv1.KVCacheBackend{}, builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Named("kvcachebackend").
 		// A reconcile can wait seconds on an unreachable store: several workers keep one slow
 		// store from holding up the rest.
@@ -96,7 +105,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(byInstanceLabel)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.byLease)).
 		Watches(&kvv1.KVCachePool{}, handler.EnqueueRequestsFromMapFunc(byPoolBackend)).
-		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool)).
+		// Only a Binding's spec and lifetime change the render (the ledger seed).
+		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool), builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(r.allBackends)).
 		Complete(r)
 }
@@ -170,28 +180,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := b.DeepCopy()
-	// One status patch, always attempted, with whatever the phases found.
+	s := &state{backend: b, now: time.Now()}
+	// One status patch, always attempted, with whatever the phases found; observedGeneration
+	// moves only when the reconcile put this generation into effect.
 	defer func() {
-		if err := r.patchStatus(ctx, before, b); err != nil && retErr == nil {
+		done := retErr == nil && s.renderErr == nil && b.DeletionTimestamp.IsZero()
+		if err := r.patchStatus(ctx, before, b, done); err != nil && retErr == nil {
 			retErr = err
 		}
 	}()
 
-	s := &state{backend: b}
+	// The finalizer first: the patch reads the object back into b, status included, so
+	// anything set on b before it would be lost.
+	if b.DeletionTimestamp.IsZero() {
+		if wrote, err := operator.AddFinalizer(ctx, r.Client, b, kvv1.FinalizerBackend); err != nil {
+			return ctrl.Result{}, err
+		} else if wrote {
+			before = b.DeepCopy()
+		}
+	}
 	if err := r.usedBy(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
 	if !b.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
-	}
-	if !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBackend) {
-		patch := client.MergeFrom(b.DeepCopy())
-		controllerutil.AddFinalizer(b, kvv1.FinalizerBackend)
-		if err := r.Client.Patch(ctx, b, patch); err != nil {
-			return ctrl.Result{}, err
-		}
-		before.Finalizers = b.Finalizers
-		before.ResourceVersion = b.ResourceVersion
 	}
 	for _, phase := range []func(context.Context, *state) error{
 		r.renderAndApply,
@@ -211,6 +223,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // state is what one reconcile learned, handed from phase to phase.
 type state struct {
 	backend   *kvv1.KVCacheBackend
+	now       time.Time
 	rendered  []generator.Object
 	renderErr error
 	leader    *appsv1.Deployment
@@ -218,6 +231,8 @@ type state struct {
 	replicasHeld int32
 	memberPods   []corev1.Pod
 	consumers    []kvv1.ObjectReference
+	// leaseChanged: this reconcile saw the election Lease move to another holder.
+	leaseChanged bool
 }
 
 // usedBy lists the pools that name the backend: they are its consumers, and deletion waits
@@ -260,13 +275,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 	b.Status.PhaseMessage = "no pool uses the backend; releasing it"
-	if controllerutil.ContainsFinalizer(b, kvv1.FinalizerBackend) {
-		patch := client.MergeFrom(b.DeepCopy())
-		controllerutil.RemoveFinalizer(b, kvv1.FinalizerBackend)
-		if err := r.Client.Patch(ctx, b, patch); err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
+	if _, err := operator.RemoveFinalizer(ctx, r.Client, b, kvv1.FinalizerBackend); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
 	}
+	r.masters.forget(b.UID)
 	return ctrl.Result{}, nil
 }
 
@@ -287,7 +299,10 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "%v", err)
 		return nil
 	}
-	applier := operator.Applier{Client: r.Client}
+	applier := operator.Applier{Client: r.Client, OnDrift: func(o generator.Object, path string) {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "DriftReverted", "Apply",
+			"%s %s: %s was changed outside the operator; applied the rendered value again", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), operator.FieldPath(path))
+	}}
 	for _, o := range s.rendered {
 		if d, ok := o.(*appsv1.Deployment); ok {
 			if err := r.holdReplicasForTemplate(ctx, s, d); err != nil {
@@ -346,12 +361,18 @@ func (r *Reconciler) holdReplicasForTemplate(ctx context.Context, s *state, d *a
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(d), live); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if live.Spec.Replicas == nil || d.Spec.Replicas == nil || *d.Spec.Replicas <= *live.Spec.Replicas {
+	if live.Spec.Replicas == nil || d.Spec.Replicas == nil {
+		return nil
+	}
+	// A leader scaled to 0 by hand comes back at one replica at once: holding it at 0 would
+	// keep the store down.
+	hold := max(*live.Spec.Replicas, 1)
+	if *d.Spec.Replicas <= hold {
 		return nil
 	}
 	if live.Annotations[annotationTemplateHash] != want || !rolledOut(live) {
 		s.replicasHeld = *d.Spec.Replicas
-		*d.Spec.Replicas = *live.Spec.Replicas
+		*d.Spec.Replicas = hold
 	}
 	return nil
 }
@@ -366,13 +387,24 @@ func rolledOut(d *appsv1.Deployment) bool {
 		d.Status.UpdatedReplicas >= *d.Spec.Replicas && d.Status.AvailableReplicas >= 1
 }
 
-// prune deletes this backend's children that the render no longer produces.
+// prune deletes this backend's children that the render no longer produces, except what a
+// live child still references: a ServiceAccount a workload or Pod runs as, a ConfigMap one
+// mounts, a Role a kept RoleBinding grants. Deleting those would leave the workload unable to
+// create Pods (the API server refuses a Pod whose account does not exist); they go in a later
+// reconcile, once the applied render (or the restarted Pods) no longer name them, which the
+// watches on the workloads and Pods trigger.
 func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered []generator.Object) error {
 	keep := map[string]bool{}
 	for _, o := range rendered {
 		keep[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = true
 	}
 	sel := client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name, generator.LabelManagedBy: generator.ManagedBy}
+	type child struct {
+		kind string
+		obj  client.Object
+	}
+	var stale []child
+	var live []client.Object
 	for _, ck := range childKinds {
 		l := ck.list()
 		if err := r.Client.List(ctx, l, client.InNamespace(r.SystemNamespace), sel); err != nil {
@@ -384,15 +416,31 @@ func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered
 		}
 		for _, ro := range items {
 			o := ro.(client.Object)
-			kind := ck.kind
-			if keep[kind+"/"+o.GetName()] || !metav1.IsControlledBy(o, b) {
+			if keep[ck.kind+"/"+o.GetName()] || !metav1.IsControlledBy(o, b) {
+				live = append(live, o)
 				continue
 			}
-			if err := r.Client.Delete(ctx, o, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
-			r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Pruned", "Delete", "deleted %s %s, which the spec no longer produces", kind, o.GetName())
+			stale = append(stale, child{ck.kind, o})
 		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		live = append(live, &pods.Items[i])
+	}
+	refs := references(live)
+	for _, c := range stale {
+		kind, o := c.kind, c.obj
+		if by := refs[kind+"/"+o.GetName()]; by != "" {
+			log.FromContext(ctx).V(1).Info("prune waits: still referenced", "kind", kind, "name", o.GetName(), "by", by)
+			continue
+		}
+		if err := r.Client.Delete(ctx, o, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "Pruned", "Delete", "deleted %s %s, which the spec no longer produces", kind, o.GetName())
 	}
 	return nil
 }
@@ -482,8 +530,17 @@ func (r *Reconciler) observeWorkloads(ctx context.Context, s *state) error {
 		return err
 	}
 	setRolloutComplete(b, s.leader, s.replicasHeld)
+	if s.renderErr != nil {
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, ReasonRenderFailed, renderFailedPrefix+s.renderErr.Error())
+	}
 	if !m.Leader.Electing() {
 		removeCondition(b, kvv1.ConditionElectionObserved)
+		if l := b.Status.Leader; l != nil {
+			l.Holder, l.HolderSince, l.LeaseTransitions = "", nil, nil
+			if *l == (kvv1.LeaderStatus{}) {
+				b.Status.Leader = nil
+			}
+		}
 		return nil
 	}
 	lease := &coordinationv1.Lease{}
@@ -494,16 +551,17 @@ func (r *Reconciler) observeWorkloads(ctx context.Context, s *state) error {
 	if err != nil {
 		lease = nil
 	}
-	if prev, now := holder(b), leaseHolder(lease); prev != "" && now != "" && prev != now {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "LeaderHandover", "Elect", "the store's leader moved from %s to %s: every object held in member memory is lost (cold cache)", prev, now)
-	}
+	r.observeLease(s, lease)
 	setElectionObserved(b, lease)
 	return nil
 }
 
 // patchStatus writes the status when it changed, and only then: steady state writes nothing.
-func (r *Reconciler) patchStatus(ctx context.Context, before, b *kvv1.KVCacheBackend) error {
-	b.Status.ObservedGeneration = b.Generation
+// observedGeneration is set only when done: the reconcile put this generation into effect.
+func (r *Reconciler) patchStatus(ctx context.Context, before, b *kvv1.KVCacheBackend, done bool) error {
+	if done {
+		b.Status.ObservedGeneration = b.Generation
+	}
 	if equality.Semantic.DeepEqual(before.Status, b.Status) {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,20 +22,18 @@ import (
 )
 
 // observeStore reads the store through its admin API: health decides LeaderAvailable, the
-// metrics give the capacity (only while the leader says it serves; absent, not zero,
-// otherwise), the segment listing gives the members.
+// metrics give the capacity (only while the leader says it serves, and only from the master
+// that serves now; absent, not zero, otherwise), the segment listing gives the members. A
+// master whose counters started over is a restarted one: cold cache.
 func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	b := s.backend
 	b.Status.Endpoints = r.endpoints(b)
-	if s.renderErr != nil {
-		b.Status.PhaseMessage = renderFailedPrefix + s.renderErr.Error()
-	} else if strings.HasPrefix(b.Status.PhaseMessage, renderFailedPrefix) {
-		b.Status.PhaseMessage = ""
-	}
 	admin := r.Admin(b)
 	if admin == nil {
 		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint")
-		b.Status.Capacity = nil
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint to read the capacity from")
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint to list segments from")
+		b.Status.Capacity, b.Status.Members = nil, nil
 		return nil
 	}
 	h, err := admin.Health(ctx)
@@ -52,34 +51,70 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "LeaderUnavailable", "the leader is not serving")
 		return nil
 	}
-	set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
 
-	segments, segErr := admin.Segments(ctx)
-	if segErr != nil && !errors.Is(segErr, store.ErrNotSupported) {
-		r.Metrics.ScrapeFailed(b.Name, "segments", segErr)
-	}
+	// The metrics first: their counters tell which master answers.
 	m, err := admin.Metrics(ctx)
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "metrics", err)
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
 		b.Status.Capacity = nil
 		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "ScrapeFailed", operator.Describe(err))
-	} else {
-		used := resource.NewQuantity(m.AllocatedBytes, resource.BinarySI)
-		b.Status.Capacity = &kvv1.Capacity{Total: *resource.NewQuantity(m.TotalCapacityBytes, resource.BinarySI), Used: used}
-		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionTrue, "Observed",
-			fmt.Sprintf("the master reports %s across %d segment(s)", b.Status.Capacity.Total.String(), len(segments)))
+		segments, segErr := r.segments(ctx, b, admin)
+		r.setMembers(b, s.memberPods, segments, segErr)
+		return nil
 	}
+	switch r.masters.observe(b.UID, m.CounterSum, s.now) {
+	case previousMaster:
+		const why = "the master answering has served since before the election Lease moved to %s, so what it reports is the previous leader's: capacity and members are withheld until the new leader answers"
+		holder := ""
+		if b.Status.Leader != nil {
+			holder = b.Status.Leader.Holder
+		}
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, "PreviousLeaderAnswers", fmt.Sprintf(why, holder))
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "PreviousLeaderAnswers", fmt.Sprintf(why, holder))
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "PreviousLeaderAnswers", fmt.Sprintf(why, holder))
+		b.Status.Capacity, b.Status.Members = nil, nil
+		return nil
+	case newMaster:
+		r.coldCache(s, kvv1.ColdCacheMasterRestarted, metav1.Time{Time: s.now},
+			fmt.Sprintf("the master answering at %s is a new process (its counters started over): it holds none of the objects cached before, so each of them misses (cold cache)", s.now.UTC().Format(time.RFC3339)))
+	}
+	set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
+	segments, segErr := r.segments(ctx, b, admin)
+	r.setCapacity(b, m, len(segments), s.now)
 	r.setMembers(b, s.memberPods, segments, segErr)
 	return nil
 }
 
-// capacityLost drops the capacity: it is published only while the leader serves. A store that
-// had reported it says so (the cache it held is gone with the leader).
+func (r *Reconciler) segments(ctx context.Context, b *kvv1.KVCacheBackend, admin store.Admin) ([]store.Segment, error) {
+	segments, err := admin.Segments(ctx)
+	if err != nil && !errors.Is(err, store.ErrNotSupported) {
+		r.Metrics.ScrapeFailed(b.Name, "segments", err)
+	}
+	return segments, err
+}
+
+// setCapacity publishes what the master reports. Total is written whenever it changes; used
+// moves with every write an engine makes, so it is rate-limited (operator.RefreshUsage).
+func (r *Reconciler) setCapacity(b *kvv1.KVCacheBackend, m store.Metrics, segments int, now time.Time) {
+	total := resource.NewQuantity(m.TotalCapacityBytes, resource.BinarySI)
+	read := resource.NewQuantity(m.AllocatedBytes, resource.BinarySI)
+	prev := operator.Usage{}
+	if c := b.Status.Capacity; c != nil && c.Total.Cmp(*total) == 0 {
+		prev = operator.Usage{Bytes: c.Used, At: c.ObservedTime}
+	}
+	u := operator.RefreshUsage(prev, read, now, operator.UsageRefreshOr(r.UsageRefresh))
+	b.Status.Capacity = &kvv1.Capacity{Total: *total, Used: u.Bytes, ObservedTime: u.At}
+	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionTrue, "Observed",
+		fmt.Sprintf("the master reports %s across %d segment(s)", total.String(), segments))
+}
+
+// capacityLost drops the capacity: it is published only while the leader serves.
 func (r *Reconciler) capacityLost(b *kvv1.KVCacheBackend) {
-	b.Status.Capacity = nil
+	b.Status.Capacity, b.Status.Members = nil, nil
 	if wasObserved(b) {
 		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "LeaderUnavailable",
-			"the leader does not serve: capacity is unknown, and a leader that comes back starts with a cold cache")
+			"the leader does not serve: capacity is unknown until it answers again")
 		return
 	}
 	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "NotObserved", "the store has not reported its capacity yet")

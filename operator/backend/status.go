@@ -3,6 +3,7 @@ package backend
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -82,23 +83,8 @@ func ptrValue(p *int32) int32 {
 	return *p
 }
 
-func leaseHolder(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-// holder is the Lease holder the last status recorded.
-func holder(b *kvv1.KVCacheBackend) string {
-	c := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionElectionObserved)
-	if c == nil || c.Status != metav1.ConditionTrue {
-		return ""
-	}
-	h, _ := strings.CutPrefix(c.Message, "held by ")
-	return h
-}
-
+// setElectionObserved names the Lease's holder and when it acquired the Lease: the message
+// changes only when the holder does.
 func setElectionObserved(b *kvv1.KVCacheBackend, l *coordinationv1.Lease) {
 	switch h := leaseHolder(l); {
 	case l == nil:
@@ -106,7 +92,12 @@ func setElectionObserved(b *kvv1.KVCacheBackend, l *coordinationv1.Lease) {
 	case h == "":
 		set(b, kvv1.ConditionElectionObserved, metav1.ConditionFalse, "NoHolder", "the Lease has no holder: no replica leads")
 	default:
-		set(b, kvv1.ConditionElectionObserved, metav1.ConditionTrue, "Held", "held by "+h)
+		since := "at an unrecorded time"
+		if l.Spec.AcquireTime != nil {
+			since = "since " + l.Spec.AcquireTime.UTC().Format(time.RFC3339)
+		}
+		set(b, kvv1.ConditionElectionObserved, metav1.ConditionTrue, "Held",
+			fmt.Sprintf("held by %s %s (%d holder change(s))", h, since, leaseTransitions(l)))
 	}
 }
 
@@ -119,9 +110,12 @@ func setPhase(b *kvv1.KVCacheBackend) {
 	isTrue := func(t string) bool { c := cond(t); return c != nil && c.Status == metav1.ConditionTrue }
 	leader, capacity, members := cond(kvv1.ConditionLeaderAvailable), cond(kvv1.ConditionCapacityObserved), cond(kvv1.ConditionMembersMounted)
 	managed := b.Spec.Connection.Managed != nil
+	rollout := cond(kvv1.ConditionRolloutComplete)
 	switch {
-	case st.PhaseMessage != "" && strings.HasPrefix(st.PhaseMessage, renderFailedPrefix):
-		st.Phase = kvv1.PhaseDegraded
+	case managed && rollout != nil && rollout.Reason == ReasonRenderFailed:
+		st.Phase, st.PhaseMessage = kvv1.PhaseDegraded, rollout.Message
+	case leader != nil && leader.Status == metav1.ConditionUnknown:
+		st.Phase, st.PhaseMessage = kvv1.PhaseDegraded, leader.Message
 	case leader != nil && leader.Status != metav1.ConditionTrue:
 		if managed && !isTrue(kvv1.ConditionRolloutComplete) && !wasObserved(b) {
 			st.Phase, st.PhaseMessage = kvv1.PhaseProvisioning, "waiting for the leader to serve: "+leader.Message
@@ -154,3 +148,7 @@ func condMessage(c *metav1.Condition) string {
 }
 
 const renderFailedPrefix = "cannot render the store: "
+
+// ReasonRenderFailed on RolloutComplete=False: the spec cannot be rendered (no image resolves,
+// say); the running store is left as it was.
+const ReasonRenderFailed = "RenderFailed"

@@ -2,8 +2,10 @@ package backend
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -75,9 +77,87 @@ func TestElectionObserved(t *testing.T) {
 	assert.Equal(t, "NoLease", cond(b, kvv1.ConditionElectionObserved).Reason)
 	setElectionObserved(b, &coordinationv1.Lease{})
 	assert.Equal(t, "NoHolder", cond(b, kvv1.ConditionElectionObserved).Reason)
-	setElectionObserved(b, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mooncake-dram-leader-7d9c-x2")}})
-	assert.Equal(t, "held by mooncake-dram-leader-7d9c-x2", cond(b, kvv1.ConditionElectionObserved).Message)
-	assert.Equal(t, "mooncake-dram-leader-7d9c-x2", holder(b))
+	acquired := metav1.NewMicroTime(time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC))
+	setElectionObserved(b, &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mooncake-dram-leader-7d9c-x2"), AcquireTime: &acquired, LeaseTransitions: ptr.To[int32](2)}})
+	assert.Equal(t, "held by mooncake-dram-leader-7d9c-x2 since 2026-12-01T09:30:00Z (2 holder change(s))", cond(b, kvv1.ConditionElectionObserved).Message)
+}
+
+func lease(holder string, transitions int32, acquired time.Time) *coordinationv1.Lease {
+	at := metav1.NewMicroTime(acquired)
+	return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseTransitions: ptr.To(transitions), AcquireTime: &at, LeaseDurationSeconds: ptr.To[int32](15)}}
+}
+
+// The Lease is compared with what status recorded of it: the first one seen is recorded, a new
+// holder (or a holder that acquired it again) is a cold cache at its acquireTime, a released
+// Lease is no change, and what was read from the old master is dropped.
+func TestLeaseChangesAreColdCaches(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: rec}
+	b := managedBackend()
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	observe := func(l *coordinationv1.Lease, now time.Time) *state {
+		s := &state{backend: b, now: now}
+		r.observeLease(s, l)
+		return s
+	}
+	s := observe(lease("leader-a", 0, t0), t0.Add(time.Second))
+	assert.False(t, s.leaseChanged, "the first Lease seen is recorded, not a change")
+	assert.Equal(t, &kvv1.LeaderStatus{Holder: "leader-a", HolderSince: &metav1.Time{Time: t0}, LeaseTransitions: ptr.To[int32](0)}, b.Status.Leader)
+	assert.Empty(t, rec.Events)
+
+	b.Status.Capacity = &kvv1.Capacity{Total: resource.MustParse("16Gi")}
+	assert.False(t, observe(lease("leader-a", 0, t0), t0.Add(time.Minute)).leaseChanged, "renewals change nothing")
+	assert.NotNil(t, b.Status.Capacity)
+
+	// leader-a releases the Lease on its way out: nobody holds it, nothing changed yet.
+	released := lease("", 0, t0.Add(2*time.Minute))
+	assert.False(t, observe(released, t0.Add(2*time.Minute)).leaseChanged)
+	assert.Equal(t, "", b.Status.Leader.Holder)
+
+	t1 := t0.Add(2*time.Minute + 3*time.Second)
+	s = observe(lease("leader-b", 1, t1), t1.Add(time.Second))
+	assert.True(t, s.leaseChanged)
+	assert.Equal(t, &kvv1.LeaderStatus{Holder: "leader-b", HolderSince: &metav1.Time{Time: t1}, LeaseTransitions: ptr.To[int32](1),
+		ColdCacheSince: &metav1.Time{Time: t1}, ColdCacheReason: kvv1.ColdCacheLeaderChanged}, b.Status.Leader)
+	assert.Nil(t, b.Status.Capacity, "never the old master's capacity")
+	require.Len(t, rec.Events, 1)
+	assert.Equal(t, "Warning ColdCache the election Lease moved to leader-b at 2026-12-01T09:02:03Z (transition 1): the new leader holds none of the objects cached before, so each of them misses (cold cache)", <-rec.Events)
+
+	// The same holder acquiring again (its master restarted under it) is a change too.
+	t2 := t1.Add(time.Hour)
+	assert.True(t, observe(lease("leader-b", 2, t2), t2).leaseChanged)
+	assert.Equal(t, &metav1.Time{Time: t2}, b.Status.Leader.ColdCacheSince)
+	assert.Contains(t, <-rec.Events, "moved to leader-b")
+	// A holder change seen directly (no release in between) names both.
+	t3 := t2.Add(time.Hour)
+	observe(lease("leader-c", 3, t3), t3)
+	assert.Contains(t, <-rec.Events, "moved from leader-b to leader-c")
+}
+
+// A master's counters only grow in one process: a lower sum is a new process; after a Lease
+// change, a sum that did not start over is the previous master until its claim ran out.
+func TestMasterReads(t *testing.T) {
+	var m masters
+	t0 := time.Now()
+	assert.Equal(t, sameMaster, m.observe("u", 40, t0), "the first read has nothing to compare with")
+	assert.Equal(t, sameMaster, m.observe("u", 52, t0.Add(time.Second)))
+	assert.Equal(t, sameMaster, m.observe("u", 52, t0.Add(2*time.Second)), "an idle master")
+	assert.Equal(t, newMaster, m.observe("u", 3, t0.Add(3*time.Second)), "the counters started over")
+	assert.Equal(t, sameMaster, m.observe("u", 9, t0.Add(4*time.Second)))
+
+	m.expectNew("u", t0.Add(20*time.Second))
+	assert.Equal(t, previousMaster, m.observe("u", 11, t0.Add(5*time.Second)), "still the process read before the Lease moved")
+	assert.Equal(t, leaderMaster, m.observe("u", 1, t0.Add(6*time.Second)), "the new leader's master answers")
+	assert.Equal(t, sameMaster, m.observe("u", 4, t0.Add(7*time.Second)))
+
+	m.expectNew("u", t0.Add(10*time.Second))
+	assert.Equal(t, previousMaster, m.observe("u", 5, t0.Add(8*time.Second)))
+	assert.Equal(t, sameMaster, m.observe("u", 30, t0.Add(11*time.Second)), "once the old holder's claim ran out, the master answering is the leader's")
+
+	m.expectNew("v", t0.Add(time.Minute))
+	assert.Equal(t, sameMaster, m.observe("v", 100, t0), "no read before the change: nothing to tell the old master by")
+	m.forget("u")
+	assert.Equal(t, sameMaster, m.observe("u", 1, t0), "forgotten: a first read again")
 }
 
 func pod(name, ip string) corev1.Pod {
@@ -132,7 +212,15 @@ func TestPhase(t *testing.T) {
 		}, kvv1.PhaseDegraded},
 		{"a render that fails is Degraded with its message", func(b *kvv1.KVCacheBackend) {
 			serving(b)
+			set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, ReasonRenderFailed, renderFailedPrefix+"no store image")
+		}, kvv1.PhaseDegraded},
+		{"a phase message alone decides nothing", func(b *kvv1.KVCacheBackend) {
+			serving(b)
 			b.Status.PhaseMessage = renderFailedPrefix + "no store image"
+		}, kvv1.PhaseReady},
+		{"the previous leader answering is Degraded", func(b *kvv1.KVCacheBackend) {
+			serving(b)
+			set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, "PreviousLeaderAnswers", "the master answering has served since before the election Lease moved")
 		}, kvv1.PhaseDegraded},
 	}
 	for _, c := range cases {

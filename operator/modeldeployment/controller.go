@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -126,8 +127,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil // the children go with it (owner references)
 	}
 	before := md.DeepCopy()
+	s := &state{md: md}
 	defer func() {
-		md.Status.ObservedGeneration = md.Generation
+		// observedGeneration moves only when this generation was rendered and applied: a
+		// deployment whose cache cannot attach, or that cannot render, keeps what runs.
+		if retErr == nil && s.attachable() && s.renderable() {
+			md.Status.ObservedGeneration = md.Generation
+		}
 		if !equality.Semantic.DeepEqual(before.Status, md.Status) {
 			if err := r.Client.Status().Patch(ctx, md, client.MergeFrom(before)); err != nil && retErr == nil {
 				retErr = client.IgnoreNotFound(err)
@@ -135,7 +141,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}()
 	md.Default()
-	s := &state{md: md}
 	for _, phase := range []func(context.Context, *state) error{r.resolveCache, r.renderAndApply, r.observe} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -215,7 +220,9 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 	if !s.renderable() {
 		return nil
 	}
-	applier := operator.Applier{Client: r.Client}
+	applier := operator.Applier{Client: r.Client, OnDrift: func(o generator.Object, path string) {
+		log.FromContext(ctx).Info("applying a child again: a field the operator sets was changed", "kind", o.GetObjectKind().GroupVersionKind().Kind, "name", o.GetName(), "field", operator.FieldPath(path))
+	}}
 	for _, o := range s.rendered {
 		if _, err := applier.Apply(ctx, o); err != nil {
 			return err

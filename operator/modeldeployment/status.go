@@ -55,7 +55,9 @@ func setRollout(s *state) {
 }
 
 // setCacheAttached says whether the cache is attached, from observation: a ready replica and
-// the tenant's usage visible in the store. Configuration alone never makes it True.
+// the tenant's usage visible in the store. Configuration alone never makes it True. The usage
+// figure itself stays out of the message: it moves with every write, and the condition only
+// turns on whether there is any.
 func setCacheAttached(s *state) {
 	md := s.md
 	if md.Spec.KVCache == nil {
@@ -91,6 +93,6 @@ func setCacheAttached(s *state) {
 			fmt.Sprintf("%d replica(s) ready; the store shows no usage for tenant %s yet", ready, a.Domain))
 	default:
 		set(md, kvv1.ConditionCacheAttached, metav1.ConditionTrue, "CacheActive",
-			fmt.Sprintf("%d replica(s) ready; tenant %s holds %s in the store", ready, a.Domain, a.Binding.Status.Usage.String()))
+			fmt.Sprintf("%d replica(s) ready; the store holds objects of tenant %s (KVCachePoolBinding %s/%s's usage)", ready, a.Domain, a.Binding.Namespace, a.Binding.Name))
 	}
 }

@@ -1,8 +1,9 @@
 // Package pool reconciles KVCachePools and the KVCachePoolBindings that divide them: it
 // resolves the pool's backend, converges the backend master's tenant ledger from the pool's
 // Bindings (a finalizer on each Binding before its first ledger write; PUT where the requested
-// figure differs; DELETE only the entries of Bindings being released, never foreign ones), and
-// reports pool and Binding status from what the ledger says.
+// figure differs; DELETE only the entries of Bindings being released, or of every Binding of a
+// pool being deleted, never foreign ones), and reports pool and Binding status from what the
+// ledger says.
 package pool
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -37,6 +40,11 @@ import (
 // DefaultPollInterval is how often a pool's ledger is read when nothing else happens.
 const DefaultPollInterval = 15 * time.Second
 
+// FinalizerPool holds a pool until the ledger entries of its Bindings are deleted from the
+// backend's master: a deleted pool's tenants must not stay in the ledger, where they would
+// keep taking part in the proportional cut of every other tenant's grant.
+const FinalizerPool = "worker.gpustack.ai/pool-ledger"
+
 // Reconciler reconciles KVCachePools and their Bindings.
 type Reconciler struct {
 	Client client.Client
@@ -46,6 +54,9 @@ type Reconciler struct {
 	Metrics  *operator.Metrics
 	// PollInterval between ledger reads; DefaultPollInterval when zero.
 	PollInterval time.Duration
+	// UsageRefresh is how often a usage figure that keeps changing is rewritten;
+	// operator.DefaultUsageRefresh when zero.
+	UsageRefresh time.Duration
 }
 
 // SetupWithManager registers the controller: pools, their Bindings, their backends, and the
@@ -55,15 +66,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.PollInterval = DefaultPollInterval
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&kvv1.KVCachePool{}).
+		// Status is this controller's own writing; reacting to it would only reconcile again
+		// from a cache that may not have seen the rest of the same reconcile's writes.
+		For(&kvv1.KVCachePool{}, builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Named("kvcachepool").
 		// A reconcile can wait seconds on an unreachable store: several workers keep one slow
 		// store from holding up the rest.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		// The Bindings' status is this controller's own writing: only their spec, finalizers
+		// and deletion matter here.
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			b := o.(*kvv1.KVCachePoolBinding)
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: b.Spec.PoolRef.Name}}}
-		})).
+		}), builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Watches(&kvv1.KVCacheBackend{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfBackend)).
 		Watches(&kvv1.ModelDeployment{}, handler.EnqueueRequestsFromMapFunc(r.poolOfDeployment)).
 		Complete(r)
@@ -108,11 +123,14 @@ type state struct {
 	ledgerErr error
 	// holders maps a domain on this pool's backend to the Binding that holds it.
 	holders map[string]types.NamespacedName
+	// pending says what a pool being deleted still waits for ("" once its tenants are gone).
+	pending string
+	now     time.Time
 }
 
 // Reconcile converges one pool's ledger entries and reports pool and Binding status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	s := &state{pool: &kvv1.KVCachePool{}, before: map[types.NamespacedName]*kvv1.KVCachePoolBinding{}}
+	s := &state{pool: &kvv1.KVCachePool{}, before: map[types.NamespacedName]*kvv1.KVCachePoolBinding{}, now: time.Now()}
 	poolErr := r.Client.Get(ctx, req.NamespacedName, s.pool)
 	if err := client.IgnoreNotFound(poolErr); err != nil {
 		return ctrl.Result{}, err
@@ -121,15 +139,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, err
 	}
 	if apierrors.IsNotFound(poolErr) {
-		// The pool is gone: its Bindings cannot reach a ledger any more, so nothing holds them.
-		return ctrl.Result{}, r.releaseOrphans(ctx, s)
+		// The pool is gone (its finalizer released its tenants first): nothing holds its
+		// Bindings, and nothing grants them anything.
+		return ctrl.Result{}, r.orphans(ctx, s)
 	}
 	beforePool := s.pool.DeepCopy()
+	// Statuses are patched whatever happened; observedGeneration moves only on success.
 	defer func() {
-		if err := r.patchStatuses(ctx, beforePool, s); err != nil && retErr == nil {
+		if err := r.patchStatuses(ctx, beforePool, s, retErr == nil); err != nil && retErr == nil {
 			retErr = err
 		}
 	}()
+	if !s.pool.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	if wrote, err := operator.AddFinalizer(ctx, r.Client, s.pool, FinalizerPool); err != nil {
+		return ctrl.Result{}, err
+	} else if wrote {
+		beforePool = s.pool.DeepCopy() // the patch read the object back, status included
+	}
 	for _, phase := range []func(context.Context, *state) error{
 		r.resolveBackend,
 		r.ensureFinalizers,
@@ -143,6 +171,82 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	r.setStatuses(ctx, s)
 	return ctrl.Result{RequeueAfter: r.PollInterval, Priority: ptr.To(handler.LowPriority)}, nil
+}
+
+// reconcileDelete releases a deleted pool: the ledger entry of every Binding it registered is
+// deleted from the backend's master (a tenant still owning objects holds the pool until it is
+// empty; an unreadable ledger holds it until it answers), then its Bindings' ledger finalizers
+// and its own are removed. New Pods may not attach meanwhile (QuotaLedgerAvailable False).
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(s.pool, FinalizerPool) {
+		return ctrl.Result{}, nil
+	}
+	for _, phase := range []func(context.Context, *state) error{r.resolveBackend, r.readLedger, r.releasePool} {
+		if err := phase(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	r.setDeletingStatuses(s)
+	if s.pending != "" {
+		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+	}
+	for _, b := range s.bindings {
+		if err := r.removeFinalizer(ctx, b); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if _, err := operator.RemoveFinalizer(ctx, r.Client, s.pool, FinalizerPool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// releasePool deletes the ledger entries of the pool's Bindings, recording in s.pending what
+// still holds the pool.
+func (r *Reconciler) releasePool(ctx context.Context, s *state) error {
+	if s.backend == nil || s.noLedger {
+		return nil // no master, or one that keeps no ledger: nothing to release
+	}
+	var registered []*kvv1.KVCachePoolBinding
+	for _, b := range s.bindings {
+		// Only entries the operator registered: a Binding holding its domain, with the finalizer
+		// put on before its first ledger write.
+		if s.holds(b) && controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
+			registered = append(registered, b)
+		}
+	}
+	if len(registered) == 0 {
+		return nil
+	}
+	if s.ledger == nil {
+		s.pending = fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read (%s), so the pool's tenants cannot be released yet", s.backend.Name, errString(s.ledgerErr))
+		return nil
+	}
+	var notEmpty, failed []string
+	for _, b := range registered {
+		if _, ok := s.ledger[b.DomainName()]; !ok {
+			continue
+		}
+		err := s.admin.DeleteTenant(ctx, b.DomainName())
+		if !store.HasCode(err, store.CodeObjectNotFound) {
+			r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
+		}
+		switch {
+		case store.HasCode(err, store.CodeTenantNotEmpty):
+			notEmpty = append(notEmpty, b.DomainName())
+		case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
+			failed = append(failed, fmt.Sprintf("%s (%s)", b.DomainName(), operator.Describe(err)))
+		default:
+			delete(s.ledger, b.DomainName())
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		s.pending = "deleting ledger entries failed: " + strings.Join(failed, ", ")
+	case len(notEmpty) > 0:
+		s.pending = fmt.Sprintf("tenant(s) %s still own objects on KVCacheBackend %s (TENANT_NOT_EMPTY); their entries are deleted once the objects expire or are evicted, retried every %s", strings.Join(notEmpty, ", "), s.backend.Name, r.PollInterval)
+	}
+	return nil
 }
 
 // listBindings reads the pool's Bindings and keeps a copy of each for the status patch.
@@ -162,13 +266,25 @@ func (r *Reconciler) listBindings(ctx context.Context, pool string, s *state) er
 
 func key(b *kvv1.KVCachePoolBinding) string { return b.Namespace + "/" + b.Name }
 
-// releaseOrphans drops the finalizer of Bindings whose pool no longer exists.
-func (r *Reconciler) releaseOrphans(ctx context.Context, s *state) error {
+// orphans handles the Bindings of a pool that does not exist: a deleted one is let go (the
+// pool released their entries before it went, and without it there is no master to ask), and
+// the status of the others says the pool is missing rather than keep a grant nobody observes
+// any more.
+func (r *Reconciler) orphans(ctx context.Context, s *state) error {
 	for _, b := range s.bindings {
 		if !b.DeletionTimestamp.IsZero() {
 			if err := r.removeFinalizer(ctx, b); err != nil {
 				return err
 			}
+			continue
+		}
+		before := s.before[client.ObjectKeyFromObject(b)]
+		setOrphanStatus(b)
+		if equality.Semantic.DeepEqual(before.Status, b.Status) {
+			continue
+		}
+		if err := r.Client.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			return err
 		}
 	}
 	return nil
@@ -232,20 +348,30 @@ func (s *state) holds(b *kvv1.KVCachePoolBinding) bool {
 }
 
 // ensureFinalizers puts the ledger finalizer on every live Binding before the ledger is
-// written for it, so no entry can outlive its Binding unnoticed.
+// written for it, so no entry can outlive its Binding unnoticed. A Binding that vanished since
+// the list was read is dropped from this reconcile (no entry is written for it) and the others
+// are still handled; a Binding changed meanwhile (Conflict) fails the reconcile, which retries
+// on a fresh read.
 func (r *Reconciler) ensureFinalizers(ctx context.Context, s *state) error {
+	kept := s.bindings[:0]
 	for _, b := range s.bindings {
-		if !b.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
+		if !b.DeletionTimestamp.IsZero() {
+			kept = append(kept, b)
 			continue
 		}
-		patch := client.MergeFrom(b.DeepCopy())
-		controllerutil.AddFinalizer(b, kvv1.FinalizerBinding)
-		if err := r.Client.Patch(ctx, b, patch); err != nil {
-			return client.IgnoreNotFound(err)
+		wrote, err := operator.AddFinalizer(ctx, r.Client, b, kvv1.FinalizerBinding)
+		switch {
+		case apierrors.IsNotFound(err):
+			delete(s.before, client.ObjectKeyFromObject(b))
+			continue
+		case err != nil:
+			return err
+		case wrote:
+			s.before[client.ObjectKeyFromObject(b)] = b.DeepCopy() // read back, status included
 		}
-		s.before[client.ObjectKeyFromObject(b)].Finalizers = b.Finalizers
-		s.before[client.ObjectKeyFromObject(b)].ResourceVersion = b.ResourceVersion
+		kept = append(kept, b)
 	}
+	s.bindings = kept
 	return nil
 }
 
@@ -285,7 +411,8 @@ func (r *Reconciler) convergeLedger(ctx context.Context, s *state) error {
 		return nil
 	}
 	for _, b := range s.bindings {
-		if !b.DeletionTimestamp.IsZero() || !s.holds(b) {
+		// Only a Binding that carries the finalizer gets an entry: its release is then certain.
+		if !b.DeletionTimestamp.IsZero() || !s.holds(b) || !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
 			continue
 		}
 		want := b.Spec.Quota.Ceiling.Value()
@@ -349,14 +476,16 @@ func errString(err error) string {
 }
 
 func (r *Reconciler) removeFinalizer(ctx context.Context, b *kvv1.KVCachePoolBinding) error {
-	patch := client.MergeFrom(b.DeepCopy())
-	controllerutil.RemoveFinalizer(b, kvv1.FinalizerBinding)
-	return client.IgnoreNotFound(r.Client.Patch(ctx, b, patch))
+	_, err := operator.RemoveFinalizer(ctx, r.Client, b, kvv1.FinalizerBinding)
+	return client.IgnoreNotFound(err)
 }
 
 // patchStatuses writes the pool's and each Binding's status where it changed, and only there.
-func (r *Reconciler) patchStatuses(ctx context.Context, beforePool *kvv1.KVCachePool, s *state) error {
-	s.pool.Status.ObservedGeneration = s.pool.Generation
+// observedGeneration is set only when the reconcile succeeded.
+func (r *Reconciler) patchStatuses(ctx context.Context, beforePool *kvv1.KVCachePool, s *state, done bool) error {
+	if done {
+		s.pool.Status.ObservedGeneration = s.pool.Generation
+	}
 	if !equality.Semantic.DeepEqual(beforePool.Status, s.pool.Status) {
 		if err := r.Client.Status().Patch(ctx, s.pool, client.MergeFrom(beforePool)); err != nil && !apierrors.IsNotFound(err) {
 			return err
@@ -364,7 +493,9 @@ func (r *Reconciler) patchStatuses(ctx context.Context, beforePool *kvv1.KVCache
 	}
 	for _, b := range s.bindings {
 		before := s.before[client.ObjectKeyFromObject(b)]
-		b.Status.ObservedGeneration = b.Generation
+		if done {
+			b.Status.ObservedGeneration = b.Generation
+		}
 		if equality.Semantic.DeepEqual(before.Status, b.Status) || !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) && !b.DeletionTimestamp.IsZero() {
 			continue
 		}

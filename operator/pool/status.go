@@ -15,6 +15,9 @@ import (
 	"github.com/kvcache-operator/kvcache/operator"
 )
 
+// Each setX computes conditions from what the reconcile observed. A condition that speaks of
+// the store is Unknown until the store answered.
+
 // setStatuses computes the pool's and its Bindings' status from what the reconcile found.
 func (r *Reconciler) setStatuses(ctx context.Context, s *state) {
 	p := s.pool
@@ -38,15 +41,48 @@ func (r *Reconciler) setStatuses(ctx context.Context, s *state) {
 		}
 	}
 	sort.Strings(p.Status.Domains)
-	p.Status.Usage.Total = nil
+	var read *resource.Quantity
 	if s.ledger != nil {
-		p.Status.Usage.Total = quantity(usage)
+		read = quantity(usage)
 	}
+	u := operator.RefreshUsage(operator.Usage{Bytes: p.Status.Usage.Total, At: p.Status.Usage.ObservedTime}, read, s.now, operator.UsageRefreshOr(r.UsageRefresh))
+	p.Status.Usage = kvv1.PoolUsage{Total: u.Bytes, ObservedTime: u.At}
 	setPoolPhase(p)
 
 	for _, b := range s.bindings {
 		r.setBindingStatus(ctx, s, b)
 	}
+}
+
+// setDeletingStatuses reports a pool being deleted: new Pods may not attach, and what the
+// release still waits for; its Bindings are granted nothing any more.
+func (r *Reconciler) setDeletingStatuses(s *state) {
+	p := s.pool
+	p.Status.Phase = kvv1.PhaseDeleting
+	msg := "the pool is being deleted; its tenants are released from the ledger and new Pods may not attach"
+	if s.pending != "" {
+		msg = "the pool is being deleted and waits: " + s.pending
+	}
+	set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, "PoolDeleting", msg)
+	p.Status.Usage = kvv1.PoolUsage{}
+	for _, b := range s.bindings {
+		if b.DeletionTimestamp.IsZero() {
+			setPoolGoneStatus(b, "PoolDeleting", fmt.Sprintf("KVCachePool %s is being deleted: its tenants are released from the ledger", p.Name))
+		}
+	}
+}
+
+// setOrphanStatus reports a Binding whose pool does not exist.
+func setOrphanStatus(b *kvv1.KVCachePoolBinding) {
+	setPoolGoneStatus(b, "PoolNotFound", fmt.Sprintf("KVCachePool %s does not exist: nothing is granted through this Binding", b.Spec.PoolRef.Name))
+}
+
+func setPoolGoneStatus(b *kvv1.KVCachePoolBinding, reason, msg string) {
+	st := &b.Status
+	st.EffectiveQuota, st.Usage, st.UsageObservedTime = nil, nil, nil
+	set(&st.Conditions, b.Generation, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, reason, msg)
+	set(&st.Conditions, b.Generation, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, reason, msg)
+	st.Phase = kvv1.PhasePending
 }
 
 func setLedgerAvailable(p *kvv1.KVCachePool, s *state) {
@@ -70,8 +106,9 @@ func setLedgerAvailable(p *kvv1.KVCachePool, s *state) {
 }
 
 // setQuotaWithinTotal reports whether the Bindings' ceilings together fit the pool's total. A
-// ceiling is a request, not a reservation: oversubscription is a report, the store cuts grants
-// in proportion.
+// ceiling is a request, not a reservation: oversubscription is a report. Whether the store cuts
+// grants depends on every ceiling on its master against what is mounted there, which is the
+// ledger's to say (each Binding's QuotaGranted), not this spec comparison's.
 func setQuotaWithinTotal(p *kvv1.KVCachePool, live []*kvv1.KVCachePoolBinding) {
 	sum := resource.NewQuantity(0, resource.BinarySI)
 	for _, b := range live {
@@ -80,7 +117,7 @@ func setQuotaWithinTotal(p *kvv1.KVCachePool, live []*kvv1.KVCachePoolBinding) {
 	total := p.Spec.Quota.Total
 	if sum.Cmp(total) > 0 {
 		set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionFalse, "Oversubscribed",
-			fmt.Sprintf("the Bindings' ceilings sum to %s, more than the pool's total %s; the store cuts their grants in proportion", sum.String(), total.String()))
+			fmt.Sprintf("the Bindings' ceilings sum to %s, more than the pool's total %s; each Binding's QuotaGranted says what the store grants it", sum.String(), total.String()))
 		return
 	}
 	set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionTrue, "WithinTotal",
@@ -125,14 +162,9 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 		return
 	}
 	meta.RemoveStatusCondition(c, kvv1.ConditionReleasable)
-	if s.holds(b) {
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Registered", fmt.Sprintf("domain %s is this Binding's on its store master", b.DomainName()))
-	} else {
-		h := s.holders[b.DomainName()]
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionFalse, "DomainConflict",
-			fmt.Sprintf("domain %s is already registered on the store master by KVCachePoolBinding %s/%s; this Binding is left out of the ledger: delete it or use another domain", b.DomainName(), h.Namespace, h.Name))
-	}
-	st.EffectiveQuota, st.Usage = nil, nil
+	setDomainExclusive(s, b)
+	st.EffectiveQuota = nil
+	var usage *resource.Quantity
 	t, ok := s.ledger[b.DomainName()]
 	switch {
 	case s.backend == nil:
@@ -148,7 +180,7 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 	case !ok:
 		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", fmt.Sprintf("the master's ledger has no entry for tenant %s yet", b.DomainName()))
 	default:
-		st.EffectiveQuota, st.Usage = quantity(t.EffectiveQuotaBytes), quantity(t.ChargedBytes)
+		st.EffectiveQuota, usage = quantity(t.EffectiveQuotaBytes), quantity(t.ChargedBytes)
 		if t.EffectiveQuotaBytes == 0 {
 			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "ZeroGranted",
 				fmt.Sprintf("the store grants tenant %s nothing (requested %s): no member segment is mounted, or the ceilings oversubscribe the store", b.DomainName(), quantity(t.RequestedQuotaBytes).String()))
@@ -157,11 +189,46 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 				fmt.Sprintf("the store grants %s of the requested %s", st.EffectiveQuota.String(), quantity(t.RequestedQuotaBytes).String()))
 		}
 	}
+	u := operator.RefreshUsage(operator.Usage{Bytes: st.Usage, At: st.UsageObservedTime}, usage, s.now, operator.UsageRefreshOr(r.UsageRefresh))
+	st.Usage, st.UsageObservedTime = u.Bytes, u.At
 	st.UsedBy = r.consumers(ctx, b)
 	if meta.IsStatusConditionTrue(*c, kvv1.ConditionQuotaGranted) && meta.IsStatusConditionTrue(*c, kvv1.ConditionDomainExclusive) {
 		st.Phase = kvv1.PhaseReady
 	} else {
 		st.Phase = kvv1.PhasePending
+	}
+}
+
+// setDomainExclusive says whether the Binding's domain is its own on the backend's master.
+// Which Binding holds a domain is decided from the Bindings themselves (the first claim); that
+// the master registered it is a claim about the store, made only once its ledger answered.
+func setDomainExclusive(s *state, b *kvv1.KVCachePoolBinding) {
+	c, g, d := &b.Status.Conditions, b.Generation, b.DomainName()
+	switch {
+	case s.backend == nil:
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist, so there is no master to hold the domain")
+		return
+	case !s.holds(b):
+		h := s.holders[d]
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionFalse, "DomainConflict",
+			fmt.Sprintf("domain %s on KVCacheBackend %s is claimed by KVCachePoolBinding %s/%s, which claimed it first; this Binding is left out of the ledger: delete it or use another domain", d, s.backend.Name, h.Namespace, h.Name))
+		return
+	}
+	const claimed = "domain %s is claimed by no other Binding on KVCacheBackend %s"
+	_, registered := s.ledger[d]
+	switch {
+	case s.noLedger:
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Unregistered",
+			fmt.Sprintf(claimed+"; the backend keeps no tenant ledger, so its master registers no domain", d, s.backend.Name))
+	case s.ledger == nil:
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, "LedgerUnreachable",
+			fmt.Sprintf(claimed+"; whether its master registered it is unknown until the ledger answers (KVCachePool %s's QuotaLedgerAvailable says why)", d, s.backend.Name, s.pool.Name))
+	case !registered:
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, "NotRegistered",
+			fmt.Sprintf(claimed+"; its master's ledger has no entry for it yet", d, s.backend.Name))
+	default:
+		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Registered",
+			fmt.Sprintf("domain %s is this Binding's on the master of KVCacheBackend %s", d, s.backend.Name))
 	}
 }
 

@@ -292,6 +292,16 @@ func ParseMetrics(text []byte) (Metrics, error) {
 	perTenant(metricTenantRequested, func(t *TenantMetrics, v int64) { t.RequestedBytes = v })
 	perTenant(metricTenantEffective, func(t *TenantMetrics, v int64) { t.EffectiveBytes = v })
 	perTenant(metricTenantCharged, func(t *TenantMetrics, v int64) { t.ChargedBytes = v })
+	for _, mf := range families {
+		if mf.GetType() != dto.MetricType_COUNTER {
+			continue
+		}
+		for _, metric := range mf.GetMetric() {
+			if v := metric.GetCounter().GetValue(); v > 0 && !math.IsInf(v, 0) {
+				m.CounterSum += v
+			}
+		}
+	}
 	return m, nil
 }
 

@@ -547,6 +547,7 @@ func TestMetrics(t *testing.T) {
 				"team-a":   {RequestedBytes: 67108864, EffectiveBytes: 67108864, ChargedBytes: 15},
 				`team "b"`: {RequestedBytes: 9223372036854775807, EffectiveBytes: 201326592},
 			},
+			CounterSum: 2, // master_put_start_requests_total 1 + mooncake_tenant_reject_total 1
 		}, m)
 		assert.Contains(t, accept, "text/plain")
 	})
@@ -559,6 +560,9 @@ func TestMetrics(t *testing.T) {
 			TotalCapacityBytes: 268435456,
 			AllocatedBytes:     11,
 			Tenants:            map[string]TenantMetrics{"team-a": {RequestedBytes: 1073741824, EffectiveBytes: 268435456, ChargedBytes: 11}},
+			// put_start, put_end, mount_segment, remount_segment, ping and fetch_tasks requests,
+			// 1 each; every other counter of the capture is 0.
+			CounterSum: 6,
 		}, m)
 	})
 	t.Run("bare master without multi-tenancy", func(t *testing.T) {

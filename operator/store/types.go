@@ -62,6 +62,11 @@ type Metrics struct {
 	AllocatedBytes int64
 	// Tenants are the mooncake_tenant_quota_* series by tenant_id (multi-tenancy only).
 	Tenants map[string]TenantMetrics
+	// CounterSum is the sum of every counter the master exposes. Counters only grow while one
+	// master process runs (members ping it once a second) and start over from zero in a new
+	// one, so a sum lower than the last one read means the master answering is a new process
+	// that holds none of the old one's objects.
+	CounterSum float64
 }
 
 // TenantMetrics are one tenant's mooncake_tenant_quota_* figures.

@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -447,6 +448,10 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	assert.Equal(t, 0, cr.GetLen, "and it does not see the registered tenant's key")
 
 	// ---- 7. The master dies; a new leader Pod starts from the seed. --------------------------
+	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, settle, "Ready", func(b *kvv1.KVCacheBackend) bool {
+		return b.Status.Phase == kvv1.PhaseReady
+	})
+	require.Nil(t, got.Status.Leader, "no cold cache reported while the first master ran")
 	killedAt := time.Now()
 	leader.proc.Kill()
 	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, 30*time.Second, "Error with no capacity",
@@ -475,6 +480,27 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, settle, "Ready again",
 		func(b *kvv1.KVCacheBackend) bool { return b.Status.Phase == kvv1.PhaseReady })
 	restartToReady := time.Since(restartedAt)
+	// The restart is told as a cold cache: the new process's counters started over.
+	cold := eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, settle, "a cold cache reported",
+		func(b *kvv1.KVCacheBackend) bool {
+			return b.Status.Leader != nil && b.Status.Leader.ColdCacheSince != nil
+		}).Status.Leader
+	restartToColdCache := time.Since(restartedAt)
+	assert.Equal(t, kvv1.ColdCacheMasterRestarted, cold.ColdCacheReason)
+	assert.False(t, cold.ColdCacheSince.Time.Before(restartedAt.Truncate(time.Second)), "cold since %s, the master restarted at %s", cold.ColdCacheSince, restartedAt)
+	assert.WithinDuration(t, restartedAt, cold.ColdCacheSince.Time, settle)
+	coldCacheEvent := fmt.Sprintf("the master answering at %s is a new process (its counters started over): it holds none of the objects cached before, so each of them misses (cold cache)",
+		cold.ColdCacheSince.UTC().Format(time.RFC3339))
+	require.Eventually(t, func() bool {
+		l := &eventsv1.EventList{}
+		require.NoError(t, c.List(ctx, l))
+		for _, e := range l.Items {
+			if e.Reason == "ColdCache" && e.Regarding.Name == backendName && e.Note == coldCacheEvent {
+				return true
+			}
+		}
+		return false
+	}, settle, 100*time.Millisecond, "the ColdCache event: %s", coldCacheEvent)
 	require.NotNil(t, got.Status.Capacity)
 	assert.Equal(t, "256Mi", got.Status.Capacity.Total.String(), "the member re-registered by itself")
 	assert.Equal(t, metav1.ConditionTrue, condition(got.Status.Conditions, kvv1.ConditionMembersMounted).Status)
@@ -498,9 +524,9 @@ func TestRealStoreEndToEnd(t *testing.T) {
 			b.Status.EffectiveQuota != nil && b.Status.EffectiveQuota.Value() == ceilingBytes
 	})
 
-	t.Logf("timings: master start -> backend Ready %s (member start -> Ready %s); master SIGKILL -> backend %s %s; master restart -> backend Ready %s; whole test %s (before cleanup)",
+	t.Logf("timings: master start -> backend Ready %s (member start -> Ready %s); master SIGKILL -> backend %s %s; master restart -> backend Ready %s, -> cold cache reported %s; whole test %s (before cleanup)",
 		startToReady.Round(time.Millisecond), memberToReady.Round(time.Millisecond), kvv1.PhaseError, killToError.Round(time.Millisecond), restartToReady.Round(time.Millisecond),
-		time.Since(testStart).Round(time.Millisecond))
+		restartToColdCache.Round(time.Millisecond), time.Since(testStart).Round(time.Millisecond))
 	// ---- 8. Cleanup: t.Cleanup stops the member and the master (process groups, SIGKILL after
 	// the grace period), then the manager, then envtest.
 }

@@ -227,15 +227,38 @@ func TestMissingImageIsDegradedNotACrash(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheBackendImage}, s))
 	fakeStore(t, "no-image", storetest.FakeOptions{MultiTenancy: true})
 	create(t, walkthroughBackend("no-image"))
+	eventuallyBackend(t, "no-image", "rendered", func(b *kvv1.KVCacheBackend) bool { return b.Status.ObservedGeneration == b.Generation })
 	require.NoError(t, env.Client.Delete(ctx, s))
 	t.Cleanup(func() {
-		s.ResourceVersion = ""
-		require.NoError(t, env.Client.Create(ctx, s))
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(s), &kvv1.Setting{}); apierrors.IsNotFound(err) {
+			s.ResourceVersion = ""
+			require.NoError(t, env.Client.Create(ctx, s))
+		}
 	})
 	got := eventuallyBackend(t, "no-image", "Degraded for the image", func(b *kvv1.KVCacheBackend) bool {
 		return b.Status.Phase == kvv1.PhaseDegraded && strings.Contains(b.Status.PhaseMessage, "no store image")
 	})
 	assert.Equal(t, "cannot render the store: KVCacheBackend no-image: no store image: set spec.image or create the Setting kv-cache-backend-image", got.Status.PhaseMessage)
+	rendered := condition(got.Status.Conditions, kvv1.ConditionRolloutComplete)
+	assert.Equal(t, metav1.ConditionFalse, rendered.Status)
+	assert.Equal(t, "RenderFailed", rendered.Reason, "the failed render is a condition, not text to parse back")
+	assert.Equal(t, got.Status.PhaseMessage, rendered.Message)
+
+	// A generation that cannot be rendered is not put into effect: observedGeneration stays at
+	// the last one that was, while the condition says which generation failed.
+	observed := got.Status.ObservedGeneration
+	require.Equal(t, got.Generation, observed)
+	updateBackend(t, "no-image", func(b *kvv1.KVCacheBackend) {
+		b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("4Gi")
+	})
+	got = eventuallyBackend(t, "no-image", "the new generation's render failed", func(b *kvv1.KVCacheBackend) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionRolloutComplete).ObservedGeneration == b.Generation
+	})
+	assert.Equal(t, observed, got.Status.ObservedGeneration, "observedGeneration only moves when a reconcile succeeded")
+	assert.Greater(t, got.Generation, observed)
+	require.NoError(t, env.Client.Create(ctx, &kvv1.Setting{ObjectMeta: metav1.ObjectMeta{Name: kvv1.SettingKVCacheBackendImage}, Spec: s.Spec}))
+	got = eventuallyBackend(t, "no-image", "rendered again", func(b *kvv1.KVCacheBackend) bool { return b.Status.ObservedGeneration == b.Generation })
+	assert.NotEqual(t, "RenderFailed", condition(got.Status.Conditions, kvv1.ConditionRolloutComplete).Reason)
 }
 
 // Deletion waits while a pool uses the backend.

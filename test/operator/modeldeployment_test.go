@@ -14,9 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 )
 
@@ -89,7 +92,15 @@ func TestModelDeploymentAttachesThroughItsBinding(t *testing.T) {
 	got = eventuallyMD(t, "qwen-chat", "CacheActive", func(md *kvv1.ModelDeployment) bool {
 		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "CacheActive"
 	})
-	assert.Equal(t, "3 replica(s) ready; tenant team-a-chat holds 64Mi in the store", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
+	assert.Equal(t, "3 replica(s) ready; the store holds objects of tenant team-a-chat (KVCachePoolBinding team-a/chat's usage)", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
+
+	// Steady: the roles read back as applied, so a reconcile writes nothing.
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	counting := &countingClient{Client: env.Client}
+	_, err = (&modeldeployment.Reconciler{Client: counting, Renderer: r}).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(md)})
+	require.NoError(t, err)
+	assert.Empty(t, counting.Writes(), "a steady ModelDeployment's reconcile writes nothing")
 
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur := get(t, &kvv1.ModelDeployment{ObjectMeta: md.ObjectMeta})
@@ -116,6 +127,9 @@ func TestModelDeploymentReportsAnUnusableBinding(t *testing.T) {
 	fake.SetDown(true)
 	// The ledger must answer again before the Binding can be released at cleanup.
 	t.Cleanup(func() { fake.SetDown(false) })
+	eventuallyPool(t, "md-down-pool", "LedgerUnreachable", func(p *kvv1.KVCachePool) bool {
+		return condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Reason == "LedgerUnreachable"
+	})
 	md := &kvv1.ModelDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "qwen-down"}, Spec: kvv1.ModelDeploymentSpec{
 		Model: kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"}, Engine: kvv1.Engine{Name: kvv1.EngineSGLang, Version: "0.5.18"},
 		KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "down"}},

@@ -102,7 +102,7 @@ func TestLedgerConvergesFromBindings(t *testing.T) {
 	gotPool = eventuallyPool(t, "ledger-pool", "Oversubscribed", func(p *kvv1.KVCachePool) bool {
 		return condition(p.Status.Conditions, kvv1.ConditionQuotaWithinTotal).Reason == "Oversubscribed"
 	})
-	assert.Equal(t, "the Bindings' ceilings sum to 20Gi, more than the pool's total 16Gi; the store cuts their grants in proportion",
+	assert.Equal(t, "the Bindings' ceilings sum to 20Gi, more than the pool's total 16Gi; each Binding's QuotaGranted says what the store grants it",
 		condition(gotPool.Status.Conditions, kvv1.ConditionQuotaWithinTotal).Message)
 	assert.Equal(t, kvv1.PhaseReady, gotPool.Status.Phase)
 	assert.Equal(t, []string{"team-a-chat", "team-b-chat"}, gotPool.Status.Domains)

@@ -2,7 +2,8 @@ package operator_test
 
 import (
 	"context"
-	"sync/atomic"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,34 +23,54 @@ import (
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 )
 
-// countingClient counts every write a reconcile makes through it.
+// countingClient records every write a reconcile makes through it.
 type countingClient struct {
 	client.Client
-	writes atomic.Int64
+	mu     sync.Mutex
+	writes []string
+}
+
+func (c *countingClient) record(verb string, o any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	what := fmt.Sprintf("%T", o)
+	if co, ok := o.(client.Object); ok {
+		what = fmt.Sprintf("%T %s/%s", o, co.GetNamespace(), co.GetName())
+	}
+	c.writes = append(c.writes, verb+" "+what)
+}
+
+// Writes are the writes recorded so far, and forgets them.
+func (c *countingClient) Writes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.writes
+	c.writes = nil
+	return w
 }
 
 func (c *countingClient) Create(ctx context.Context, o client.Object, opts ...client.CreateOption) error {
-	c.writes.Add(1)
+	c.record("create", o)
 	return c.Client.Create(ctx, o, opts...)
 }
 
 func (c *countingClient) Update(ctx context.Context, o client.Object, opts ...client.UpdateOption) error {
-	c.writes.Add(1)
+	c.record("update", o)
 	return c.Client.Update(ctx, o, opts...)
 }
 
 func (c *countingClient) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.PatchOption) error {
-	c.writes.Add(1)
+	c.record("patch", o)
 	return c.Client.Patch(ctx, o, p, opts...)
 }
 
 func (c *countingClient) Apply(ctx context.Context, o runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	c.writes.Add(1)
+	c.record("apply", o)
 	return c.Client.Apply(ctx, o, opts...)
 }
 
 func (c *countingClient) Delete(ctx context.Context, o client.Object, opts ...client.DeleteOption) error {
-	c.writes.Add(1)
+	c.record("delete", o)
 	return c.Client.Delete(ctx, o, opts...)
 }
 
@@ -63,17 +84,17 @@ type countingStatus struct {
 }
 
 func (s *countingStatus) Update(ctx context.Context, o client.Object, opts ...client.SubResourceUpdateOption) error {
-	s.c.writes.Add(1)
+	s.c.record("update status", o)
 	return s.SubResourceWriter.Update(ctx, o, opts...)
 }
 
 func (s *countingStatus) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-	s.c.writes.Add(1)
+	s.c.record("patch status", o)
 	return s.SubResourceWriter.Patch(ctx, o, p, opts...)
 }
 
 // A reconcile whose render and observations are unchanged writes nothing: no apply, no status
-// patch, no finalizer patch, no ledger PUT.
+// patch, no finalizer patch, no ledger PUT, and no object's resourceVersion moves.
 func TestSteadyStateMakesNoWrites(t *testing.T) {
 	fake := fakeStore(t, "steady", storetest.FakeOptions{MultiTenancy: true})
 	create(t, walkthroughBackend("steady"))
@@ -96,14 +117,33 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second}
 	ctx := context.Background()
 	fake.ResetRequests()
+	before := resourceVersions(t, "steady")
+	cr := statusVersions(t, pool("steady-pool", "steady", "8Gi"), binding("team-a", "steady", "steady-pool", "team-a-steady", "4Gi"))
 	for range 3 {
 		_, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "steady"}})
 		require.NoError(t, err)
 		_, err = pr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "steady-pool"}})
 		require.NoError(t, err)
 	}
-	assert.Zero(t, counting.writes.Load(), "API writes in steady state")
+	assert.Empty(t, counting.Writes(), "API writes in steady state; events: %v", drain(rec))
+	// Nor did anything else change them (the manager reconciles them too): no resourceVersion moved.
+	time.Sleep(time.Second)
+	assert.Equal(t, before, resourceVersions(t, "steady"), "the backend's and its children's resourceVersions")
+	assert.Equal(t, cr, statusVersions(t, pool("steady-pool", "steady", "8Gi"), binding("team-a", "steady", "steady-pool", "team-a-steady", "4Gi")), "the pool's and the Binding's")
 	for _, req := range fake.Requests() {
 		assert.NotRegexp(t, "^(PUT|DELETE) ", req, "ledger writes in steady state")
+	}
+}
+
+// drain returns the events a fake recorder holds.
+func drain(rec *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/manager"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 )
@@ -68,11 +69,15 @@ type scaleConfig struct {
 	// earlyCreate creates the objects as soon as /readyz answers, before the controllers'
 	// workers started (their caches still filling); by default the run waits for the workers.
 	earlyCreate bool
+	// churnWindow is the length of the window while usage moves (0: the usage refresh
+	// interval, so that every object's refresh falls in it once).
+	churnWindow time.Duration
 }
 
 // The environment varies a run: KVCACHE_SCALE_BACKENDS, KVCACHE_SCALE_PODS,
 // KVCACHE_SCALE_SETTLE_TIMEOUT, KVCACHE_SCALE_AFTER_SETTLE, KVCACHE_SCALE_WINDOW,
-// KVCACHE_SCALE_KUBECONFIG=flag, KVCACHE_SCALE_STORES=refused, KVCACHE_SCALE_EARLY_CREATE=1,
+// KVCACHE_SCALE_CHURN_WINDOW, KVCACHE_SCALE_KUBECONFIG=flag, KVCACHE_SCALE_STORES=refused,
+// KVCACHE_SCALE_EARLY_CREATE=1,
 // KVCACHE_SCALE_INPROCESS=0; and to look into one: KVCACHE_SCALE_WORKDIR (a directory kept
 // after the run, with manager.log and audit.log) and KVCACHE_SCALE_MANAGER_ARGS (extra
 // `kvcache manager` flags, e.g. --zap-log-level=5 --metrics-bind-address=127.0.0.1:8080).
@@ -106,6 +111,7 @@ func loadConfig(b *testing.B) scaleConfig {
 	dur("KVCACHE_SCALE_SETTLE_TIMEOUT", &c.settleTimeout)
 	dur("KVCACHE_SCALE_AFTER_SETTLE", &c.afterSettle)
 	dur("KVCACHE_SCALE_WINDOW", &c.window)
+	dur("KVCACHE_SCALE_CHURN_WINDOW", &c.churnWindow)
 	switch v := os.Getenv("KVCACHE_SCALE_KUBECONFIG"); v {
 	case "", "env":
 	case "flag":
@@ -579,6 +585,73 @@ func (r steadyResult) report(rep *report, who string) {
 	}
 }
 
+// reportChurn reports a window while usage moves: the writes per resync against what writing
+// every moved figure on every poll would make (every backend, pool and Binding each resync).
+func (r steadyResult) reportChurn(rep *report, who string, backends, bindings int) {
+	resyncs := r.window.Seconds() / resync.Seconds()
+	objects := 2*backends + bindings
+	rep.row(fmt.Sprintf("%s: API writes", who), fmt.Sprintf("%d in %s = %.1f per %s resync", len(r.writes), r.window, r.perResync, resync),
+		fmt.Sprintf("< %d per resync (every backend, pool and Binding on every poll)", objects))
+	changed := 0
+	for _, c := range r.changes {
+		if len(c.diff) > 0 {
+			changed++
+		}
+	}
+	rep.row(fmt.Sprintf("%s: objects changed (resourceVersion moved)", who), fmt.Sprintf("%d in %s = %.1f per resync", changed, r.window, float64(changed)/resyncs), "")
+	rep.row(fmt.Sprintf("%s: CPU per resync", who), fmt.Sprintf("%.2f s", r.cpu/resyncs), "")
+	rep.note(fmt.Sprintf("%s: the writes by verb and resource:", who), countBy(r.writes, func(e auditEvent) string { return e.Verb + " " + e.resource() })...)
+	rep.note(fmt.Sprintf("%s: what changed, grouped by the fields that changed:", who), first(explain(r.changes), 24)...)
+}
+
+// churnUsage makes every tenant on every fake master hold a different number of bytes every
+// second, as engines writing would; the returned func stops it.
+func churnUsage(fakes []*storetest.Fake, tenants int) func() {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for n := int64(1); ; n++ {
+			for _, f := range fakes {
+				for j := range tenants {
+					f.SetCharged(fmt.Sprintf("%s-chat", tenantNS(j)), (n+int64(j))<<12)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// waitUsage waits until n Bindings show a non-zero usage.
+func waitUsage(ctx context.Context, c client.Client, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		l := &kvv1.KVCachePoolBindingList{}
+		if err := c.List(ctx, l); err != nil {
+			return err
+		}
+		with := 0
+		for _, b := range l.Items {
+			if b.Status.Usage != nil && !b.Status.Usage.IsZero() {
+				with++
+			}
+		}
+		if with >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Bindings show usage", with, n)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 func first(s []string, n int) []string {
 	if len(s) > n {
 		return append(s[:n:n], fmt.Sprintf("... %d more", len(s)-n))
@@ -677,6 +750,30 @@ func inProcessVariant(ctx context.Context, b *testing.B, env *testenv.Env, cfg s
 	steady := measureSteady(ctx, b, env.Config, auditLog, inProcessUser, cfg.window, processCPU, fakes)
 	steady.report(rep, "in-process")
 	logf("in-process steady state: %d writes in %s (%.1f per resync), %d ledger writes", len(steady.writes), cfg.window, steady.perResync, steady.ledger)
+
+	// Real traffic: every tenant's usage moves every second (an engine writing), so every
+	// poll of every store reads new figures. Usage is written at once when it first appears,
+	// then at most every refresh interval (operator.DefaultUsageRefresh): the window is that
+	// long, so each object's refresh falls in it once.
+	stopChurn := churnUsage(fakes, cfg.tenants)
+	churnStart := time.Now()
+	if err := waitUsage(ctx, env.Client, cfg.backends*cfg.tenants, cfg.settleTimeout); err != nil {
+		logf("in-process: usage did not appear everywhere: %v", err)
+		rep.row("in-process, usage moving: first usage written everywhere", "NOT within "+secs(cfg.settleTimeout)+": "+err.Error(), "")
+	} else {
+		rep.row("in-process, usage moving: first usage written everywhere", secs(time.Since(churnStart)), "")
+	}
+	time.Sleep(resync) // the last first-writes land before the window opens
+	churnWindow := operator.DefaultUsageRefresh
+	if cfg.churnWindow > 0 {
+		churnWindow = cfg.churnWindow
+	}
+	logf("in-process: usage moving every second; measuring a %s window (the usage refresh interval is %s)", churnWindow, operator.DefaultUsageRefresh)
+	churn := measureSteady(ctx, b, env.Config, auditLog, inProcessUser, churnWindow, processCPU, fakes)
+	stopChurn()
+	churn.reportChurn(rep, "in-process, usage moving every second", cfg.backends, cfg.backends*cfg.tenants)
+	logf("in-process, usage moving: %d writes in %s (%.1f per resync)", len(churn.writes), churnWindow, churn.perResync)
+
 	nErr, errs := logErrors(logPath) // before the stop, whose cancelled reconciles log errors
 	rep.note(fmt.Sprintf("in-process manager log: %d error line(s)", nErr), errs...)
 	rep.note("in-process: CPU per resync is the benchmark process's (the manager, 100 fake masters, and the window's watches).")

@@ -11,6 +11,10 @@
 // by one in decreasing order of the dropped fractions, ties by tenant_id), so the effective
 // quotas sum to exactly the capacity; 0 for everyone while nothing is mounted.
 //
+// Its counters behave as the real master's: they start over from zero when the master restarts
+// (members re-mount through remount_segment), and master_ping_requests_total grows by one per
+// mounted segment per second, as each member pings once a second.
+//
 // What it does not emulate: the RPC data path (keys, leases, eviction), HA, the /metrics series
 // the operator does not read beyond a representative few, and the timing of a real restart
 // (members re-mount at once here, 0.2–1.7 s on the real master).
@@ -50,6 +54,8 @@ type FakeOptions struct {
 	// ReadOnlyPolicy emulates the policy file on a read-only mount (a ConfigMap volume): every
 	// PUT and DELETE of a tenant answers 500/-1503 PERSISTENT_FAIL and changes nothing.
 	ReadOnlyPolicy bool
+	// Clock is the fake's time (time.Now when nil): master_ping_requests_total advances with it.
+	Clock func() time.Time
 }
 
 // Error codes and messages of the master's envelope (hack/MOONCAKE_NOTES.md §3).
@@ -76,7 +82,9 @@ type Fake struct {
 	seq      uint64
 	mounts   uint64
 	unmounts uint64
+	remounts uint64
 	requests []string
+	now      func() time.Time
 }
 
 type segment struct {
@@ -84,6 +92,8 @@ type segment struct {
 	size            int64
 	id, clientID    string
 	baseAddr, teEnd string
+	// pingingSince is when the member started pinging this master process.
+	pingingSince time.Time
 }
 
 // NewFake starts a fake master listening on 127.0.0.1 (a random port). Stop it with Close.
@@ -94,6 +104,10 @@ func NewFake(opts FakeOptions) *Fake {
 		file:     map[string]int64{},
 		charged:  map[string]int64{},
 		segments: map[string]segment{},
+		now:      opts.Clock,
+	}
+	if f.now == nil {
+		f.now = time.Now
 	}
 	if opts.MultiTenancy {
 		for id, q := range opts.Tenants {
@@ -176,11 +190,19 @@ func (f *Fake) SetDown(down bool) {
 // lost (all charged bytes 0) and the ledger is rebuilt from the policy file (the seed plus every
 // successful PUT/DELETE, which the master persists, or what ReplacePolicyFile put there).
 // Members re-mount their segments (same names and ids), here at once.
+//
+// Its counters start over: the members' re-mounts count as remount_segment requests and their
+// pings start again from zero.
 func (f *Fake) Restart() {
 	f.SetDown(true)
 	f.mu.Lock()
 	f.charged = map[string]int64{}
 	f.policy = clone(f.file)
+	f.mounts, f.unmounts, f.remounts = 0, 0, uint64(len(f.segments))
+	for name, s := range f.segments {
+		s.pingingSince = f.now()
+		f.segments[name] = s
+	}
 	f.mu.Unlock()
 	f.SetDown(false)
 }
@@ -212,13 +234,14 @@ func (f *Fake) MountSegment(name string, sizeBytes int64, protocol string) {
 		host = h
 	}
 	f.segments[name] = segment{
-		name:     name,
-		protocol: protocol,
-		size:     sizeBytes,
-		id:       fmt.Sprintf("%d-%d", 4126188289888747822+f.seq, 10971623050882768307-f.seq),
-		clientID: fmt.Sprintf("%d-%d", 2325650249956618608+f.seq, 7305679565105749951-f.seq),
-		baseAddr: fmt.Sprintf("0x%x", 0x7fda75000000+f.seq<<32),
-		teEnd:    net.JoinHostPort(host, strconv.FormatUint(15000+f.seq, 10)),
+		name:         name,
+		protocol:     protocol,
+		size:         sizeBytes,
+		id:           fmt.Sprintf("%d-%d", 4126188289888747822+f.seq, 10971623050882768307-f.seq),
+		clientID:     fmt.Sprintf("%d-%d", 2325650249956618608+f.seq, 7305679565105749951-f.seq),
+		baseAddr:     fmt.Sprintf("0x%x", 0x7fda75000000+f.seq<<32),
+		teEnd:        net.JoinHostPort(host, strconv.FormatUint(15000+f.seq, 10)),
+		pingingSince: f.now(),
 	}
 }
 
@@ -692,8 +715,16 @@ func (f *Fake) metricsText() string {
 	}
 	counter("master_mount_segment_requests_total", "Total number of MountSegment requests received", f.mounts)
 	counter("master_mount_segment_failures_total", "Total number of failed MountSegment requests", 0)
+	counter("master_remount_segment_requests_total", "Total number of RemountSegment requests received", f.remounts)
+	counter("master_remount_segment_failures_total", "Total number of failed RemountSegment requests", 0)
 	counter("master_unmount_segment_requests_total", "Total number of UnmountSegment requests received", f.unmounts)
 	counter("master_unmount_segment_failures_total", "Total number of failed UnmountSegment requests", 0)
+	var pings uint64
+	for _, s := range f.segments {
+		pings += uint64(f.now().Sub(s.pingingSince) / time.Second)
+	}
+	counter("master_ping_requests_total", "Total number of ping requests received", pings)
+	counter("master_ping_failures_total", "Total number of failed ping requests", 0)
 
 	if !f.opts.MultiTenancy {
 		return b.String()

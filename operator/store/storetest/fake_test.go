@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -293,6 +294,7 @@ func TestFakeMetrics(t *testing.T) {
 	assert.Contains(t, body, `mooncake_tenant_quota_requested_bytes{tenant_id="we\"ird\\name"} 1048576`)
 	m, err := c.Metrics(ctx)
 	require.NoError(t, err)
+	m.CounterSum = 0 // TestFakeCounters
 	assert.Equal(t, store.Metrics{
 		TotalCapacityBytes: 256 * mib,
 		AllocatedBytes:     15,
@@ -306,6 +308,38 @@ func TestFakeMetrics(t *testing.T) {
 	m, err = c.Metrics(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 128*mib, m.TotalCapacityBytes)
+}
+
+// The counters behave as the real master's: mounts count, each mounted member pings once a
+// second, and a restarted master starts over (the members' re-mounts are remount requests).
+func TestFakeCounters(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f, c := newFake(t, storetest.FakeOptions{Clock: func() time.Time { return now }})
+	sum := func() float64 {
+		t.Helper()
+		m, err := c.Metrics(ctx)
+		require.NoError(t, err)
+		return m.CounterSum
+	}
+	assert.Zero(t, sum(), "a fresh master")
+	f.MountSegment("127.0.0.1:1", mib, "tcp")
+	f.MountSegment("127.0.0.1:2", mib, "tcp")
+	assert.Equal(t, 2.0, sum(), "two mounts")
+	now = now.Add(10 * time.Second)
+	assert.Equal(t, 22.0, sum(), "two mounts and 2 x 10 pings")
+	_, body, _ := raw(t, "GET", f.URL()+"/metrics", "")
+	assert.Contains(t, body, "master_ping_requests_total 20\n")
+	f.SetDown(true)
+	f.SetDown(false)
+	assert.Equal(t, 22.0, sum(), "the same process answering again")
+	f.Restart()
+	assert.Equal(t, 2.0, sum(), "a restarted master: the two re-mounts, no pings yet")
+	_, body, _ = raw(t, "GET", f.URL()+"/metrics", "")
+	assert.Contains(t, body, "master_remount_segment_requests_total 2\n")
+	assert.Contains(t, body, "master_mount_segment_requests_total 0\n")
+	now = now.Add(time.Second)
+	assert.Equal(t, 4.0, sum())
 }
 
 func TestNewFakeRefusesWhatTheMasterRefuses(t *testing.T) {
