@@ -30,6 +30,9 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/check"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/leader"
 )
 
@@ -87,6 +90,7 @@ func TestWalkthrough(t *testing.T) {
 	w.step(t, "every manager replica serves: the leader replica killed, a labelled Pod admitted at once", w.everyReplicaServes)
 	w.step(t, "engines injected by the webhook move bytes under the Binding's tenant", w.inject)
 	w.step(t, "the ModelDeployment's Pods move bytes through the controller path", w.modelDeployment)
+	w.step(t, "kvcache check passes everything on the live cluster", w.check)
 	w.step(t, "no manager: unlabelled Pods create, labelled ones are refused; back: admitted", w.managerDown)
 	w.step(t, "three leader replicas read 3 desired / 1 ready and keep the first leader Pod", w.scaleLeader)
 	// The failover's goals are figures: missing one fails the suite, but the walk goes on.
@@ -527,6 +531,30 @@ func (w *walk) modelDeployment(t *testing.T) {
 		assert.Equal(t, true, line["get_equal"])
 		assert.Equal(t, "default", line["tenant"])
 		assert.Equal(t, md.Spec.Model.Name, line["model"])
+	}
+}
+
+// check runs `kvcache check -A` (the same function) against the walkthrough as it runs: the
+// webhooks configured and answering through their Service with a CA that verifies the
+// certificate the manager serves, the Leases held, the store Ready with a member on each node,
+// the Binding granted, the ModelDeployment on its store's line.
+func (w *walk) check(t *testing.T) {
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	report, err := check.Live(context.Background(), env.kube, check.LiveOptions{Injector: injection.New(r)})
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, report.Write(&out, "table"))
+	t.Logf("kvcache check -A:\n%s", out.String())
+	assert.False(t, report.Failed(), "no finding fails")
+	seen := map[string]check.Level{}
+	for _, f := range report.Findings {
+		if prev, ok := seen[f.Check]; !ok || prev == check.Pass {
+			seen[f.Check] = f.Level
+		}
+	}
+	for _, c := range []string{"webhook.configured", "webhook.certificate", "webhook.answers", "manager.lease", "backend.ready", "backend.capacity", "backend.lease", "backend.members", "binding.ledger", "binding.domain", "modeldeployment.rules"} {
+		assert.Equal(t, check.Pass, seen[c], "%s passes", c)
 	}
 }
 
