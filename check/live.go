@@ -235,16 +235,20 @@ func (l *live) servingCertificate(ctx context.Context, ns, name string) (*x509.C
 		}
 		return certs[0], "Secret " + ns + "/" + secret, nil
 	}
-	return nil, "no Pod behind it mounts a certificate Secret at its --cert-dir", nil
+	return nil, "no Pod behind it names a certificate Secret (--cert-secret-name) or mounts one at its --cert-dir", nil
 }
 
-// certSecret is the Secret a manager Pod mounts at its --cert-dir, "" when there is none.
+// certSecret is the Secret a manager Pod serves its certificate from: the one it manages itself
+// (--cert-secret-name, self-managed TLS), or the one mounted at its --cert-dir; "" when neither.
 func certSecret(p *corev1.Pod) string {
 	for _, c := range p.Spec.Containers {
 		dir := ""
 		for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
 			if v, ok := strings.CutPrefix(a, "--cert-dir="); ok {
 				dir = v
+			}
+			if v, ok := strings.CutPrefix(a, "--cert-secret-name="); ok && v != "" {
+				return v
 			}
 		}
 		if dir == "" {

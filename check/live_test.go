@@ -135,3 +135,9 @@ func TestAStaleManagerLeaseFails(t *testing.T) {
 	require.NoError(t, c.Update(context.Background(), l))
 	assert.Equal(t, []string{"FAIL kvcache-0_1 holds the Lease but last renewed it 1m0s ago, longer than its 15s duration: the controllers have no live leader."}, levels(run(t, c), "manager.lease"))
 }
+
+func TestTheSelfManagedCertificateIsFoundByItsSecretName(t *testing.T) {
+	p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Args: []string{
+		"manager", "--cert-dir=/var/run/kvcache/serving-certs", "--cert-mode=self", "--cert-secret-name=kvcache-webhook-cert"}}}}}
+	assert.Equal(t, "kvcache-webhook-cert", certSecret(p), "the manager serves it from the Secret, whatever is mounted at --cert-dir")
+}

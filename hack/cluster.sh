@@ -518,7 +518,10 @@ EOF
   start kube-proxy "$(tool kube-proxy)" --config="$STATE/kube-proxy.yaml" --v=1
 }
 
-# CoreDNS answers only cluster.local and the reverse zones (no forward plugin is built in).
+# CoreDNS answers only cluster.local and the reverse zones (no forward plugin is built in). As
+# kubeadm's Corefile does since Kubernetes 1.32, cluster.local answers are never cached: the
+# kubernetes plugin follows the API itself, and a cached NXDOMAIN would hide a Service created a
+# moment after someone asked for its name (for up to 30 s).
 start_coredns() {
   mkdir -p "$STATE/coredns"
   cat >"$STATE/coredns/Corefile" <<EOF
@@ -536,7 +539,10 @@ cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
         fallthrough in-addr.arpa ip6.arpa
         ttl 30
     }
-    cache 30
+    cache 30 {
+        disable success cluster.local
+        disable denial cluster.local
+    }
 }
 EOF
   start coredns "$(tool coredns)" -conf "$STATE/coredns/Corefile"

@@ -156,6 +156,10 @@ func (c Config) lead(ctx context.Context, log logr.Logger, lock *fencedLock, ter
 			log.Info("master stopped", "pid", m.Pid(), "exitCode", m.ExitCode())
 			stopLabelling()
 			c.stepDown(log, lock, stopElector)
+			if c.Linger > 0 {
+				log.Info("lingering so connections to this Pod are refused, not dropped, until a standby serves", "linger", c.Linger)
+				time.Sleep(c.Linger)
+			}
 			return nil
 		}
 	}

@@ -40,7 +40,7 @@ and the leader Service routes only to the serving one.
 
 On SIGTERM or SIGINT the master is stopped (SIGTERM, then SIGKILL after --stop-grace), the Pod's
 ` + leader.LabelStoreLeader + ` label is set to "false", then the Lease is released, and elect
-exits 0. On a lost Lease the master is killed at once and elect exits 1. When the master exits
+exits 0 after --linger. On a lost Lease the master is killed at once and elect exits 1. When the master exits
 by itself, the Lease is released and elect exits with the master's code (1 if it was 0).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
@@ -58,6 +58,9 @@ by itself, the Lease is released and elect exits with the master's code (1 if it
 			}
 			if c.PodName != "" && c.PodNamespace == "" {
 				return usageErrorf("--pod-name %q without a namespace: set --pod-namespace or $POD_NAMESPACE", c.PodName)
+			}
+			if c.Linger < 0 {
+				return usageErrorf("--linger %s: must not be negative", c.Linger)
 			}
 			if err := leader.ValidateTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod, c.StopGrace); err != nil {
 				return usageErrorf("%v", err)
@@ -94,6 +97,7 @@ by itself, the Lease is released and elect exits with the master's code (1 if it
 	f.DurationVar(&c.RenewDeadline, "renew-deadline", leader.DefaultRenewDeadline, "how long the leader tolerates failing renewals before it kills its master; less than --lease-duration")
 	f.DurationVar(&c.RetryPeriod, "retry-period", leader.DefaultRetryPeriod, "how often the leader renews and standbys retry; --renew-deadline must exceed 1.2 times it")
 	f.DurationVar(&c.StopGrace, "stop-grace", leader.DefaultStopGrace, "how long a graceful stop waits after SIGTERM before it SIGKILLs the master")
+	f.DurationVar(&c.Linger, "linger", leader.DefaultLinger, "how long a leader that handed over gracefully stays up with its master stopped, so connections to its Pod are refused (and retried) rather than dropped until a standby serves")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs; in a Pod the service account is used")
 	// The same logging flags and JSON lines as the manager (--zap-log-level, --zap-encoder, ...).
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)

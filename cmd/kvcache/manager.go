@@ -3,11 +3,15 @@ package main
 import (
 	"flag"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/kvcache-operator/kvcache/generator"
@@ -18,6 +22,7 @@ import (
 func newManagerCommand() *cobra.Command {
 	o := manager.Options{}
 	var kubeconfig, certMode string
+	var settings []string
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "manager",
@@ -50,6 +55,9 @@ func newManagerCommand() *cobra.Command {
 			default:
 				return usageErrorf("--cert-mode %q: use self (the manager makes and rotates its certificate) or external (certificates in --cert-dir come from elsewhere)", certMode)
 			}
+			if o.Settings, err = manager.ParseSettings(settings); err != nil {
+				return usageErrorf("%v", err)
+			}
 			mgr, err := manager.New(cfg, o)
 			if err != nil {
 				return err
@@ -73,9 +81,61 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.WebhookService, "webhook-service", "", "Service in front of the webhook server; the certificate is issued for it (--cert-mode self)")
 	f.StringSliceVar(&o.ExtraCertDNSNames, "cert-dns-names", nil, "extra DNS names for the self-managed certificate, beside the webhook Service's (--cert-mode self)")
 	f.StringVar(&o.WebhookConfigName, "webhook-config-name", "", "name of the Mutating- and ValidatingWebhookConfiguration whose caBundle the manager keeps current (--cert-mode self)")
+	f.StringArrayVar(&settings, "setting", nil, "name=value of a Setting in the catalog (repeatable; the chart passes its values): every replica creates the Setting when it is missing, the elected one applies the value when the release changes it (an edit of the Setting stands until then), and until the Setting exists it reads as this value")
 	// zap registers Go flags (--zap-log-level, --zap-encoder, ...); structured JSON by default.
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	f.AddGoFlagSet(zapFlags)
+	cmd.AddCommand(newUninstallCheckCommand())
+	return cmd
+}
+
+// newUninstallCheckCommand is the chart's pre-delete hook: it refuses the uninstall while
+// objects exist whose finalizers only the running operator releases.
+func newUninstallCheckCommand() *cobra.Command {
+	var kubeconfig string
+	var wait time.Duration
+	var release string
+	var revision int
+	cmd := &cobra.Command{
+		Use:   "uninstall-check",
+		Short: "Exit 1, naming them, while ModelDeployments, KVCachePoolBindings, KVCachePools or KVCacheBackends exist (the chart's pre-delete hook)",
+		Long: `uninstall-check lists every ModelDeployment, KVCachePoolBinding, KVCachePool and KVCacheBackend.
+When none exists it exits 0; objects already being deleted are waited for (--wait), since the
+operator is still running to finish them; otherwise it exits 1 naming each one and how to delete
+them. The chart runs it as a pre-delete hook, so helm uninstall never strands objects on
+finalizers nobody releases.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cfg *rest.Config
+			var err error
+			if kubeconfig != "" {
+				cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+			} else {
+				cfg, err = ctrl.GetConfig()
+			}
+			if err != nil {
+				return usageErrorf("no cluster to talk to: %v (in a Pod the service account is used; outside, pass --kubeconfig)", err)
+			}
+			scheme, err := generator.NewScheme()
+			if err != nil {
+				return err
+			}
+			c, err := client.New(cfg, client.Options{Scheme: scheme})
+			if err != nil {
+				return usageErrorf("API client: %v", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			if err := manager.CheckUninstall(ctx, c, wait, release, revision, cmd.OutOrStdout()); err != nil {
+				return invalidErrorf("%v", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs; in a Pod the service account is used")
+	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "how long to wait for objects that are already being deleted")
+	cmd.Flags().StringVar(&release, "release", "", "the Helm release (namespace/name) the refusal names for helm rollback")
+	cmd.Flags().IntVar(&revision, "revision", 0, "the release's current revision, the one helm rollback restores")
 	return cmd
 }

@@ -5,10 +5,12 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -78,12 +80,18 @@ type Options struct {
 	// under its tenant before CacheInUse (and a ModelDeployment's CacheAttached) is False;
 	// operator.DefaultCacheInUseWindow when zero.
 	CacheInUseWindow time.Duration
+	// Settings is the Setting catalog with the release's values (ParseSettings): every replica
+	// creates the entries missing at its start, and the elected one keeps them (recreates a
+	// deleted one, applies a value the release changed); until an entry exists, the webhooks
+	// and controllers read it as the release's value. Empty: the catalog is left to others.
+	Settings map[string]string
 
 	// SelfSignedCerts makes the manager create and rotate its own CA and serving certificate in
-	// the Secret CertSecret (through open-policy-agent/cert-controller), write them to CertDir,
-	// and keep the caBundle of the webhook configurations named WebhookConfigName current. The
-	// webhook server starts once the certificate is in place. Without it the certificates in
-	// CertDir come from elsewhere (cert-manager, a user's Secret) and are reloaded on change.
+	// the Secret CertSecret (through open-policy-agent/cert-controller) and keep the caBundle of
+	// the webhook configurations named WebhookConfigName current. Every replica serves the
+	// certificate straight from the Secret, as soon as it is there, and writes a copy into
+	// CertDir (which must be writable). Without it the certificates in CertDir come from
+	// elsewhere (cert-manager, a user's Secret) and are reloaded on change.
 	SelfSignedCerts bool
 	CertSecret      types.NamespacedName
 	// ExtraCertDNSNames are added to the self-signed certificate (tests reach the server as
@@ -146,13 +154,19 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
-// setupWebhooks registers the webhooks, after the self-signed certificate exists when the
-// manager makes its own, and a readiness check that passes only once the server serves: a
-// replica that cannot answer admission must not receive it.
+// setupWebhooks registers the webhooks on every replica (the webhook server is not a
+// leader-elected runnable), and a readiness check that passes only once the server serves with
+// a certificate: a replica that cannot answer admission must not receive it. With a
+// self-managed certificate the server reads it from its Secret as soon as the rotator writes it
+// (servingCert), not from the mounted copy the kubelet refreshes much later.
 func setupWebhooks(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
-	var certsReady chan struct{}
+	var certs *servingCert
+	var caInjected chan struct{}
 	if o.SelfSignedCerts {
-		certsReady = make(chan struct{})
+		if o.CertDir == "" {
+			o.CertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs") // the server's default
+		}
+		caInjected = make(chan struct{})
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:      o.CertSecret,
 			CertDir:        o.CertDir,
@@ -161,7 +175,9 @@ func setupWebhooks(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 			DNSName:        fmt.Sprintf("%s.%s.svc", o.WebhookService, o.CertSecret.Namespace),
 			ExtraDNSNames: append([]string{o.WebhookService, fmt.Sprintf("%s.%s", o.WebhookService, o.CertSecret.Namespace),
 				fmt.Sprintf("%s.%s.svc.cluster.local", o.WebhookService, o.CertSecret.Namespace)}, o.ExtraCertDNSNames...),
-			IsReady:    certsReady,
+			// Closed once the webhook configurations carry the CA: until then the API server
+			// would refuse the certificate this replica serves.
+			IsReady:    caInjected,
 			Webhooks:   []rotator.WebhookInfo{{Name: o.WebhookConfigName, Type: rotator.Mutating}, {Name: o.WebhookConfigName, Type: rotator.Validating}},
 			FieldOwner: operator.FieldManager,
 			// Every replica serves webhooks, so every replica needs the certificate; the
@@ -170,49 +186,47 @@ func setupWebhooks(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 		}); err != nil {
 			return fmt.Errorf("set up certificate rotation: %w", err)
 		}
-	}
-	var served atomic.Bool
-	register := func() error {
-		if err := registerWebhooks(mgr, r); err != nil {
+		certs = newServingCert(mgr.GetConfig(), mgr.GetScheme(), o.CertSecret, o.CertDir)
+		if err := mgr.Add(certs); err != nil {
 			return err
 		}
-		served.Store(true)
-		return nil
+		// The server New built has not started: its TLS configuration is completed here.
+		srv, ok := mgr.GetWebhookServer().(*ctrlwebhook.DefaultServer)
+		if !ok {
+			return fmt.Errorf("self-managed certificates need controller-runtime's default webhook server, have %T", mgr.GetWebhookServer())
+		}
+		srv.Options.TLSOpts = append(srv.Options.TLSOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
 	}
-	if certsReady == nil {
-		if err := register(); err != nil {
-			return err
-		}
-	} else if err := mgr.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
-		select {
-		case <-certsReady:
-			return register()
-		case <-ctx.Done():
-			return nil
-		}
-	})); err != nil {
+	if err := registerWebhooks(mgr, r, catalogOf(mgr, o)); err != nil {
 		return err
 	}
 	return mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
-		if !served.Load() {
-			return fmt.Errorf("the webhook serving certificate is not ready yet")
+		if certs != nil {
+			if err := certs.Ready(); err != nil {
+				return err
+			}
+			select {
+			case <-caInjected:
+			default:
+				return fmt.Errorf("the webhook configurations do not carry the CA yet")
+			}
 		}
 		return mgr.GetWebhookServer().StartedChecker()(req)
 	})
 }
 
-func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer) error {
+func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer, cat *settingCatalog) error {
 	m, err := webhook.NewMetrics(metrics.Registry)
 	if err != nil {
 		return err
 	}
 	decoder := admission.NewDecoder(mgr.GetScheme())
-	lookup := injection.ClientLookup{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()}
+	lookup := injection.ClientLookup{Cached: cat.reader(mgr.GetClient()), Live: cat.reader(mgr.GetAPIReader())}
 	srv := mgr.GetWebhookServer()
 	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), lookup))})
 	srv.Register(PathPodFreeze, &admission.Webhook{Handler: m.Instrument("pod-freeze", webhook.NewPodFreeze(decoder))})
 
-	reader := injection.CachedThenLive{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()}
+	reader := cat.reader(injection.CachedThenLive{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()})
 	s := mgr.GetScheme()
 	for kind, wh := range map[string]*admission.Webhook{
 		"kvcachebackend":     admission.WithValidator[*kvv1.KVCacheBackend](s, &webhook.BackendValidator{Reader: reader}),
@@ -322,8 +336,9 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	// The writes seen per tenant: recorded by the pool controller, read by the ModelDeployment
 	// controller for its own Pods.
 	activity := &operator.TenantActivity{}
+	cat := catalogOf(mgr, o)
 	if err := (&backend.Reconciler{
-		Client: mgr.GetClient(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
+		Client: cat.wrap(mgr.GetClient()), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
 		Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return err
@@ -335,7 +350,13 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if cat != nil {
+		if err := cat.setupWithManager(mgr); err != nil {
+			return err
+		}
+	}
 	return (&modeldeployment.Reconciler{
-		Client: mgr.GetClient(), Renderer: r, Pods: rendered, Activity: activity, CacheInUseWindow: o.CacheInUseWindow,
+		Client: cat.wrap(mgr.GetClient()), Renderer: r, Pods: rendered, Activity: activity,
+		CacheInUseWindow: o.CacheInUseWindow,
 	}).SetupWithManager(mgr)
 }

@@ -238,8 +238,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 // releasePool deletes the ledger entries of the pool's Bindings, recording in s.pending what
 // still holds the pool.
 func (r *Reconciler) releasePool(ctx context.Context, s *state) error {
-	if s.backend == nil || s.noLedger {
-		return nil // no master, or one that keeps no ledger: nothing to release
+	if s.backend == nil || s.noLedger || s.storeGoing() {
+		return nil // no master, one that keeps no ledger, or one going away with its ledger
 	}
 	var registered []*kvv1.KVCachePoolBinding
 	for _, b := range s.bindings {
@@ -478,7 +478,10 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 		if b.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
 			continue
 		}
-		if s.ledger != nil && s.holds(b) {
+		if s.storeGoing() {
+			// The master goes with its backend, ledger and objects included: a tenant still
+			// owning objects would otherwise hold its Binding, the pool and so the backend.
+		} else if s.ledger != nil && s.holds(b) {
 			err := s.admin.DeleteTenant(ctx, b.DomainName())
 			if !store.HasCode(err, store.CodeObjectNotFound) {
 				r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
@@ -505,6 +508,10 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 	}
 	return nil
 }
+
+// storeGoing reports whether the pool's backend is being deleted: its master, and the ledger and
+// objects it keeps, go with it, so nothing needs releasing there.
+func (s *state) storeGoing() bool { return s.backend != nil && !s.backend.DeletionTimestamp.IsZero() }
 
 // errString is a ledger error in words that stay the same while its cause does (status is not
 // rewritten by every poll of an unreachable store).

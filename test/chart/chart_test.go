@@ -12,11 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distribution/reference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/internal/golden"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
 	"github.com/kvcache-operator/kvcache/values"
@@ -138,7 +141,7 @@ func TestChartLabelsEveryObject(t *testing.T) {
 				assert.Equal(t, release, obj.Metadata.Labels["app.kubernetes.io/instance"], "%s %s", obj.Kind, obj.Metadata.Name)
 				assert.Equal(t, "Helm", obj.Metadata.Labels["app.kubernetes.io/managed-by"], "%s %s", obj.Kind, obj.Metadata.Name)
 			}
-			for _, k := range []string{"CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Deployment", "Setting"} {
+			for _, k := range []string{"CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Deployment", "Job"} {
 				assert.True(t, kinds[k], "the chart rendered a %s", k)
 			}
 		})
@@ -172,4 +175,59 @@ func TestDefaultOperatorImageIsTheChartsImage(t *testing.T) {
 
 	out := template(t)
 	assert.Contains(t, out, "- --operator-image="+image, "the manager is told its own image")
+}
+
+// The images the chart makes the kubelet ask for are the ones hack/images.sh builds: containerd
+// files an image under its fully qualified name and resolves a short one as docker.io/<name>, so
+// each image the chart names (the manager's, the uninstall check's, the one leader Pods copy
+// the launcher from, and the store image of the Setting catalog) must normalize to exactly the
+// name the local build tags.
+func TestChartImagesAreTheOnesTheBuildTags(t *testing.T) {
+	built := map[string]string{}
+	for _, image := range []string{"operator", "store"} {
+		out, err := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "images.sh"), "name", image).CombinedOutput()
+		require.NoError(t, err, "hack/images.sh name %s: %s", image, out)
+		name := strings.TrimSpace(string(out))
+		ref, err := reference.ParseNamed(name)
+		require.NoError(t, err, "hack/images.sh tags %s as %q, which is not a fully qualified reference", image, name)
+		require.Equal(t, name, ref.String())
+		built[image] = name
+	}
+	normalized := func(s string) string {
+		t.Helper()
+		ref, err := reference.ParseNormalizedNamed(s)
+		require.NoError(t, err, "the chart names the image %q", s)
+		return ref.String()
+	}
+	for _, doc := range strings.Split(template(t), "\n---\n") {
+		var obj struct {
+			Kind string `json:"kind"`
+			Spec struct {
+				Template struct {
+					Spec corev1.PodSpec `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &obj))
+		if obj.Kind != "Deployment" && obj.Kind != "Job" {
+			continue
+		}
+		c := obj.Spec.Template.Spec.Containers[0]
+		assert.Equal(t, built["operator"], normalized(c.Image), "%s %s's image", obj.Kind, c.Name)
+		if obj.Kind != "Deployment" {
+			continue
+		}
+		var sawLauncher, sawStore bool
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--operator-image="); ok {
+				sawLauncher = true
+				assert.Equal(t, built["operator"], normalized(v), "--operator-image")
+			}
+			if v, ok := strings.CutPrefix(a, "--setting="+kvv1.SettingKVCacheBackendImage+"="); ok {
+				sawStore = true
+				assert.Equal(t, built["store"], normalized(v), "the Setting %s", kvv1.SettingKVCacheBackendImage)
+			}
+		}
+		assert.True(t, sawLauncher && sawStore, "the manager gets --operator-image and the store image Setting: %v", c.Args)
+	}
 }

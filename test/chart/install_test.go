@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -84,9 +85,12 @@ func kubeconfigFor(t *testing.T, env *testenv.Env, user envtest.User) string {
 // kvcache binary out of cluster exactly as the chart's Deployment configures it, with the chart's
 // service account (so its RBAC is what authorizes every request) and self-managed TLS. The
 // webhook configurations the chart installed are pointed at the local server (a URL override,
-// for this test only); the manager injects their CA, admits the Settings hooks, and injects a
-// labelled Pod. The API server's audit log then shows every request the manager made: none was
-// refused, and every rule the chart grants was used.
+// for this test only); the manager injects their CA, serves its certificate from the Secret
+// with nothing projecting it into its cert dir (no kubelet here), creates the Setting catalog
+// with the chart's values, and injects a labelled Pod. An upgrade that changes a Setting's value
+// restarts the manager with the new arguments: the catalog follows, the certificate stays. The
+// API server's audit log then shows every request the manager made: none was refused, and every
+// rule the chart grants was used.
 func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -108,16 +112,15 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 
-	// helm template | kubectl apply --server-side, the Settings (post-install hooks) held back
-	// until the webhook that validates them serves, as `helm install --wait` orders them. The
-	// chart's webhook configurations name a Service, which has no endpoints here, so the test
-	// points them at the local server's URL in the manifests themselves.
+	// helm template | kubectl apply --server-side. The chart's webhook configurations name a
+	// Service, which has no endpoints here, so the test points them at the local server's URL
+	// in the manifests themselves. Hooks (the pre-delete uninstall check) are helm's to run.
 	port := freePort(t)
-	var main, hooks []string
+	var main []string
 	for _, doc := range strings.Split(template(t), "\n---\n") {
 		switch {
 		case strings.Contains(doc, "helm.sh/hook:"):
-			hooks = append(hooks, doc)
+			require.Contains(t, doc, "helm.sh/hook: pre-delete", "the chart's only hook is the uninstall check")
 		case strings.Contains(doc, "kind: MutatingWebhookConfiguration"), strings.Contains(doc, "kind: ValidatingWebhookConfiguration"):
 			main = append(main, toURLs(t, doc, port))
 		default:
@@ -133,30 +136,125 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	d := &appsv1.Deployment{}
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator"}, d))
 	container := d.Spec.Template.Spec.Containers[0]
+	require.Equal(t, []string{"kvcache"}, container.Command)
 	bin := filepath.Join(dir, "kvcache")
 	run(t, "go", "build", "-o", bin, filepath.Join(testenv.RepoRoot(), "cmd", "kvcache"))
-	probe := freePort(t)
 	sa := kubeconfigFor(t, env, envtest.User{Name: serviceAccount, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}})
-	args := append(append([]string{}, container.Args...),
-		"--kubeconfig="+sa, "--webhook-port="+strconv.Itoa(port), "--cert-dir="+filepath.Join(dir, "certs"),
-		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe), "--cert-dns-names=localhost")
-	require.Equal(t, []string{"kvcache"}, container.Command)
-	mgr := exec.Command(bin, args...)
-	mgr.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
-	logs, err := os.Create(filepath.Join(dir, "manager.log"))
-	require.NoError(t, err)
-	mgr.Stdout, mgr.Stderr = logs, logs
-	require.NoError(t, mgr.Start())
-	projectSecret(t, env, filepath.Join(dir, "certs"))
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			_ = mgr.Process.Signal(syscall.SIGTERM)
-			_ = mgr.Wait()
+	mgr := startManager(t, bin, dir, sa, port, container.Args)
+
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, mwc))
+	assert.NotEmpty(t, mwc.Webhooks[0].ClientConfig.CABundle, "the manager injected its CA")
+	secret := &corev1.Secret{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator-webhook-tls"}, secret))
+	assert.Contains(t, secret.Data, "tls.crt")
+	copied, err := os.ReadFile(filepath.Join(dir, "certs", "tls.crt"))
+	require.NoError(t, err, "the manager keeps a copy of its certificate in --cert-dir")
+	assert.Equal(t, secret.Data["tls.crt"], copied)
+
+	// The Setting catalog: created by the manager with the chart's values, recreated when
+	// deleted; an edit stands.
+	catalog := map[string]string{kvv1.SettingKVCacheBackendImage: "gpustack/mirrored-mooncake:0.3.13.post1-cpu", kvv1.SettingKVCacheDtypeOwned: "true"}
+	for name, want := range catalog {
+		waitSetting(t, env, name, want)
+	}
+	require.NoError(t, env.Client.Delete(ctx, &kvv1.Setting{ObjectMeta: metav1.ObjectMeta{Name: kvv1.SettingKVCacheDtypeOwned}}))
+	waitSetting(t, env, kvv1.SettingKVCacheDtypeOwned, "true")
+	setSetting(t, env, kvv1.SettingKVCacheDtypeOwned, "false")
+	time.Sleep(2 * time.Second) // the manager had every chance to undo the edit
+	waitSetting(t, env, kvv1.SettingKVCacheDtypeOwned, "false")
+	setSetting(t, env, kvv1.SettingKVCacheDtypeOwned, "true")
+
+	exercise(t, env)
+
+	// The pre-delete hook, as the chart's Job runs it (its args, the chart's service account):
+	// it refuses while the objects exercise made exist, naming each and the way back.
+	var hookArgs []string
+	for _, doc := range strings.Split(template(t), "\n---\n") {
+		if strings.Contains(doc, "helm.sh/hook: pre-delete") {
+			job := &batchv1.Job{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), job))
+			c := job.Spec.Template.Spec.Containers[0]
+			require.Equal(t, []string{"kvcache"}, c.Command)
+			hookArgs = c.Args
 		}
 	}
-	t.Cleanup(stop)
+	require.NotEmpty(t, hookArgs, "the chart's pre-delete Job")
+	out, err := exec.Command(bin, append(append([]string{}, hookArgs...), "--kubeconfig="+sa, "--wait=1s")...).CombinedOutput()
+	require.Error(t, err, "the uninstall check refuses while objects exist:\n%s", out)
+	for _, want := range []string{"uninstall refused", "ModelDeployment team-a/qwen-chat", "KVCachePoolBinding team-a/legacy", "KVCachePool legacy",
+		"KVCacheBackend legacy", "KVCacheBackend tenants", "helm rollback " + release + " 1 -n " + namespace} {
+		assert.Contains(t, string(out), want)
+	}
+
+	// An upgrade re-applies the chart's manifests (the Secret without data, the webhook
+	// configurations without a caBundle) and, with a changed value, restarts the manager with
+	// new arguments: what the manager wrote stays, the catalog takes the new value, and
+	// admission keeps working.
+	caBefore := mwc.Webhooks[0].ClientConfig.CABundle
+	upgraded := template(t, "--set", "settings.kvCacheBackendImage=gpustack/mirrored-mooncake:0.3.13.post1-cpu-rebuilt")
+	var again []string
+	for _, doc := range strings.Split(upgraded, "\n---\n") {
+		switch {
+		case strings.Contains(doc, "helm.sh/hook:"):
+		case strings.Contains(doc, "kind: MutatingWebhookConfiguration"), strings.Contains(doc, "kind: ValidatingWebhookConfiguration"):
+			again = append(again, toURLs(t, doc, port))
+		default:
+			again = append(again, doc)
+		}
+	}
+	require.NoError(t, os.WriteFile(manifests, []byte(strings.Join(again, "\n---\n")), 0o600))
+	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", manifests)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator"}, d))
+	mgr.stop()
+	mgr = startManager(t, bin, dir, sa, port, d.Spec.Template.Spec.Containers[0].Args)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, mwc))
+	assert.Equal(t, caBefore, mwc.Webhooks[0].ClientConfig.CABundle, "the upgrade keeps the injected CA")
+	after := &corev1.Secret{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(secret), after))
+	assert.Equal(t, secret.Data["tls.crt"], after.Data["tls.crt"], "the upgrade keeps the certificate the manager wrote")
+	waitSetting(t, env, kvv1.SettingKVCacheBackendImage, "gpustack/mirrored-mooncake:0.3.13.post1-cpu-rebuilt")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "after-upgrade", Labels: map[string]string{injection.LabelInject: "true"},
+			Annotations: map[string]string{injection.AnnotationBinding: "legacy", injection.AnnotationEngine: "vLLM"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
+	}
+	require.NoError(t, env.Client.Create(ctx, pod), "admission works after the upgrade")
+	assert.Contains(t, pod.Annotations, injection.AnnotationInjected)
+	mgr.stop()
+	assertRBACMatchesRequests(t, auditLog)
+}
+
+// runningManager is the kvcache manager process of one test.
+type runningManager struct {
+	cmd     *exec.Cmd
+	stopped bool
+}
+
+func (m *runningManager) stop() {
+	if !m.stopped {
+		m.stopped = true
+		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		_ = m.cmd.Wait()
+	}
+}
+
+// startManager runs bin with the chart's container args, out of cluster as the chart's service
+// account, and waits until it reports ready.
+func startManager(t *testing.T, bin, dir, kubeconfig string, webhookPort int, chartArgs []string) *runningManager {
+	t.Helper()
+	probe := freePort(t)
+	args := append(append([]string{}, chartArgs...),
+		"--kubeconfig="+kubeconfig, "--webhook-port="+strconv.Itoa(webhookPort), "--cert-dir="+filepath.Join(dir, "certs"),
+		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(probe), "--cert-dns-names=localhost")
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	logs, err := os.OpenFile(filepath.Join(dir, "manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	m := &runningManager{cmd: cmd}
+	t.Cleanup(m.stop)
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(logs.Name())
@@ -166,7 +264,7 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 			t.Logf("manager log (tail):\n%s", b)
 		}
 	})
-
+	t0 := time.Now()
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)) //nolint:noctx // a readiness poll
 		if err != nil {
@@ -174,74 +272,29 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 200*time.Millisecond, "the manager becomes ready once it serves with its own certificate")
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, mwc))
-	assert.NotEmpty(t, mwc.Webhooks[0].ClientConfig.CABundle, "the manager injected its CA")
-	secret := &corev1.Secret{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator-webhook-tls"}, secret))
-	assert.Contains(t, secret.Data, "tls.crt")
-
-	// Before the Setting catalog exists, a backend naming no image is refused for that reason:
-	// the webhook looks for the Setting live (absent from its cache) with the chart's grants.
-	noImage := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "no-image"}, Spec: kvv1.KVCacheBackendSpec{
-		Connection: kvv1.Connection{Managed: &kvv1.ManagedConnection{Members: []kvv1.MemberGroup{{
-			NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("1Gi")}}}}}}
-	err = env.Client.Create(ctx, noImage)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "spec.image: Required value: no store image for the leader: set spec.image, or create the Setting kv-cache-backend-image")
-
-	hookFile := filepath.Join(dir, "hooks.yaml")
-	require.NoError(t, os.WriteFile(hookFile, []byte(strings.Join(hooks, "\n---\n")), 0o600))
-	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", hookFile)
-
-	exercise(t, env)
-
-	// An upgrade re-applies the chart's manifests (the Secret without data, the webhook
-	// configurations without a caBundle): what the manager wrote stays, and admission keeps
-	// working.
-	caBefore := mwc.Webhooks[0].ClientConfig.CABundle
-	run(t, kubectl, "--kubeconfig", admin, "apply", "--server-side", "-f", manifests)
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: release + "-kvcache-operator"}, mwc))
-	assert.Equal(t, caBefore, mwc.Webhooks[0].ClientConfig.CABundle, "the upgrade keeps the injected CA")
-	after := &corev1.Secret{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(secret), after))
-	assert.Equal(t, secret.Data["tls.crt"], after.Data["tls.crt"], "the upgrade keeps the certificate the manager wrote")
-	upgraded := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "after-upgrade", Labels: map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: "legacy", injection.AnnotationEngine: "vLLM"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
-	}
-	require.NoError(t, env.Client.Create(ctx, upgraded), "admission works after the upgrade")
-	assert.Contains(t, upgraded.Annotations, injection.AnnotationInjected)
-	stop()
-	assertRBACMatchesRequests(t, auditLog)
+	}, 60*time.Second, 100*time.Millisecond, "the manager becomes ready once it serves with its own certificate")
+	t.Logf("manager ready %s after start", time.Since(t0).Round(10*time.Millisecond))
+	return m
 }
 
-// projectSecret does what the kubelet does for the chart's Secret volume: it writes the
-// certificate Secret's keys into the manager's cert dir whenever they change.
-func projectSecret(t *testing.T, env *testenv.Env, certDir string) {
+func waitSetting(t *testing.T, env *testenv.Env, name, want string) {
 	t.Helper()
-	require.NoError(t, os.MkdirAll(certDir, 0o700))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		written := map[string]string{}
-		for ctx.Err() == nil {
-			s := &corev1.Secret{}
-			if env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator-webhook-tls"}, s) == nil {
-				for k, v := range s.Data {
-					if written[k] != string(v) {
-						_ = os.WriteFile(filepath.Join(certDir, k), v, 0o600)
-						written[k] = string(v)
-					}
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
+	var got kvv1.Setting
+	require.Eventually(t, func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Name: name}, &got) == nil && got.Spec.Value == want
+	}, 30*time.Second, 100*time.Millisecond, "Setting %s has value %q (has %q)", name, want, got.Spec.Value)
+}
+
+func setSetting(t *testing.T, env *testenv.Env, name, value string) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s := &kvv1.Setting{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, s); err != nil {
+			return err
 		}
-	}()
+		s.Spec.Value = value
+		return env.Client.Update(context.Background(), s)
+	}))
 }
 
 // toURLs rewrites one rendered webhook configuration so that every webhook calls the local

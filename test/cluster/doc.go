@@ -1,12 +1,22 @@
-// Package cluster is the smoke test of the project's real cluster and images: hack/cluster.sh
-// (etcd, kube-apiserver, controllers, kube-proxy, CoreDNS and containerd-backed kubelets as host
-// processes) and hack/images.sh (the operator, store, stand-in engine and pause images, imported
-// without a registry). It proves that the nodes become Ready, that a Mooncake master and its
-// members run from the store image and find each other through a Service name, that stand-in
-// engines configured the way injection configures them move bytes through the store, and that
-// the operator image runs as non-root.
+// Package cluster is the end-to-end suite on a real cluster: hack/cluster.sh (etcd,
+// kube-apiserver, controllers, kube-proxy, CoreDNS and containerd-backed kubelets as host
+// processes, two nodes) and hack/images.sh (the operator, store, stand-in engine and pause
+// images, imported without a registry).
 //
-// Run it as root on a machine that can host the cluster: go test ./test/cluster/. It uses a
-// running cluster when there is one and leaves it running; otherwise it starts one and takes it
-// down at the end (KVCACHE_CLUSTER_KEEP=1 keeps it).
+// The smoke tests prove the parts: the nodes become Ready, a Mooncake master and its members run
+// from the store image and find each other through a Service name, stand-in engines configured
+// the way injection configures them move bytes, and the operator image runs as non-root.
+//
+// TestWalkthrough drives the product as a user does, with the real helm and kubectl: the chart
+// installed with its default values, the walkthrough applied as adapted to this machine
+// (test/cluster/walkthrough, which make playground applies too), engines injected through the
+// webhook's Service and rendered for a ModelDeployment moving bytes under the Binding's tenant,
+// every manager replica serving admission, the manager gone and back, the store's leader failed
+// over (graceful and killed, measured), the release upgraded and uninstalled in both orders. It
+// prints the figures it measured at the end.
+//
+// Run it as root on a machine that can host the cluster: go test ./test/cluster/ (make test
+// does, with the helm that make tools builds). It uses a running cluster when there is one and
+// leaves it running; otherwise it starts one and takes it down at the end
+// (KVCACHE_CLUSTER_KEEP=1 keeps it). It fails, never skips, when the machine cannot run it.
 package cluster

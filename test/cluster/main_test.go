@@ -17,17 +17,28 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvcache-operator/kvcache/generator"
 )
 
 // env is what every test shares: the cluster's client, one namespace for this run, and facts
 // read from the scripts (never assumed).
 type environment struct {
-	repo      string
-	client    *kubernetes.Clientset
-	namespace string
-	sockets   []string // one containerd per node
-	images    map[string]string
+	repo       string
+	config     *rest.Config
+	client     *kubernetes.Clientset
+	kube       client.Client // the same cluster through the project's scheme (its API kinds)
+	kubeconfig string
+	namespace  string
+	sockets    []string          // one containerd per node
+	nodeSocket map[string]string // node name -> its containerd socket
+	state      string            // hack/cluster.sh's state directory
+	images     map[string]string
+	helm       string // the helm binary hack/tools.sh builds
+	kubectl    string
 }
 
 var env environment
@@ -43,6 +54,10 @@ func run(m *testing.M) int {
 		return failf("must run as root: hack/cluster.sh creates bridges, iptables rules, cgroups and mounts")
 	}
 
+	suite := time.Now()
+	defer func() {
+		fmt.Fprintf(os.Stderr, "test/cluster: the suite took %s\n", time.Since(suite).Round(100*time.Millisecond))
+	}()
 	started := false
 	if _, err := script("hack/cluster.sh", "status"); err != nil {
 		t0 := time.Now()
@@ -89,16 +104,43 @@ func runTests(m *testing.M) int {
 		return failf("hack/cluster.sh sockets: %v\n%s", err, out)
 	}
 	env.sockets = strings.Fields(out)
+	env.nodeSocket = map[string]string{}
+	for _, sock := range env.sockets {
+		// <state>/node-<i>/containerd/containerd.sock serves node node-<i>.
+		env.nodeSocket[filepath.Base(filepath.Dir(filepath.Dir(sock)))] = sock
+	}
 	out, err = script("hack/cluster.sh", "kubeconfig")
 	if err != nil {
 		return failf("hack/cluster.sh kubeconfig: %v\n%s", err, out)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", strings.TrimSpace(out))
+	env.kubeconfig = strings.TrimSpace(out)
+	env.state = filepath.Dir(env.kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
 	if err != nil {
-		return failf("kubeconfig %s: %v", strings.TrimSpace(out), err)
+		return failf("kubeconfig %s: %v", env.kubeconfig, err)
 	}
+	env.config = cfg
 	if env.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return failf("client: %v", err)
+	}
+	scheme, err := generator.NewScheme()
+	if err != nil {
+		return failf("scheme: %v", err)
+	}
+	if env.kube, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return failf("client: %v", err)
+	}
+	// The real helm and kubectl, as a user runs them (make test exports KVCACHE_HELM).
+	env.helm = os.Getenv("KVCACHE_HELM")
+	for name, into := range map[string]*string{"helm": &env.helm, "kubectl": &env.kubectl} {
+		if *into != "" {
+			continue
+		}
+		out, err := script("hack/tools.sh", "path", name)
+		if err != nil {
+			return failf("hack/tools.sh path %s (make tools builds it): %v\n%s", name, err, out)
+		}
+		*into = strings.TrimSpace(lastLine(out))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -118,6 +160,11 @@ func runTests(m *testing.M) int {
 	// When the cluster stays, this run's objects do not.
 	_ = env.client.CoreV1().Namespaces().Delete(context.Background(), env.namespace, metav1.DeleteOptions{})
 	return code
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func failf(format string, args ...any) int {

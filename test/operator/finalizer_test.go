@@ -282,3 +282,30 @@ func release(t *testing.T, b *kvv1.KVCachePoolBinding, finalizers ...string) {
 		return env.Client.Update(context.Background(), cur)
 	}))
 }
+
+// Deleting the whole walkthrough at once (kubectl delete -f) while an engine still holds objects
+// under a tenant: the master goes with its backend, ledger and objects included, so nothing
+// waits for the tenant to empty, and everything is gone.
+func TestDeletingTheStoreWithItsPoolAndBindingsTogetherCompletes(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "all-del", storetest.FakeOptions{MultiTenancy: true})
+	fake.MountSegment("10.6.0.11:15400", 8<<30, "tcp")
+	b := walkthroughBackend("all-del")
+	p := pool("all-del", "all-del", "8Gi")
+	bd := binding("team-a", "all-del", "all-del", "all-del", "6Gi")
+	for _, o := range []client.Object{b, p, bd} {
+		require.NoError(t, env.Client.Create(ctx, o))
+	}
+	eventuallyBinding(t, "team-a", "all-del", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+	fake.SetCharged("all-del", 4096) // an engine holds an object: the tenant cannot be deleted
+	for _, o := range []client.Object{b, p, bd} {
+		require.NoError(t, env.Client.Delete(ctx, o))
+	}
+	for _, o := range []client.Object{bd, p, b} {
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopyObject().(client.Object)))
+		}, wait, 100*time.Millisecond, "%T %s is gone", o, o.GetName())
+	}
+}

@@ -1,0 +1,53 @@
+package manager
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+)
+
+func TestParseSettings(t *testing.T) {
+	got, err := ParseSettings([]string{
+		kvv1.SettingKVCacheBackendImage + "=registry.example/mooncake:0.3.13.post1-cpu",
+		kvv1.SettingKVCacheDtypeOwned + "=false",
+	})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{
+		kvv1.SettingKVCacheBackendImage: "registry.example/mooncake:0.3.13.post1-cpu",
+		kvv1.SettingKVCacheDtypeOwned:   "false",
+	}, got)
+
+	for _, c := range []struct {
+		name  string
+		pairs []string
+		want  string
+	}{
+		{"no value", []string{kvv1.SettingKVCacheDtypeOwned}, "want name=value"},
+		{"outside the catalog", []string{"cache-size=1Gi"}, `--setting cache-size: metadata.name: Unsupported value: "cache-size"`},
+		{"a value the validator refuses", []string{kvv1.SettingKVCacheDtypeOwned + "=yes"}, `spec.value: Unsupported value: "yes"`},
+		{"not an image", []string{kvv1.SettingKVCacheBackendImage + "=Not An Image"}, "--setting " + kvv1.SettingKVCacheBackendImage + ": spec.value"},
+		{"given twice", []string{kvv1.SettingKVCacheDtypeOwned + "=true", kvv1.SettingKVCacheDtypeOwned + "=false"}, "given twice"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseSettings(c.pairs)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestUninstallRefusalNamesEveryObjectAndTheWayBack(t *testing.T) {
+	err := uninstallRefused([]Blocker{
+		{Kind: "KVCachePoolBinding", Namespace: "team-a", Name: "team-a", Deleting: true},
+		{Kind: "KVCacheBackend", Name: "mooncake-dram"},
+	}, "kvcache-system/kvcache", 3)
+	require.Error(t, err)
+	msg := err.Error()
+	assert.Contains(t, msg, "  KVCachePoolBinding team-a/team-a (deleting)\n  KVCacheBackend mooncake-dram\n")
+	assert.Contains(t, msg, "helm rollback kvcache 3 -n kvcache-system")
+	assert.False(t, strings.Contains(uninstallRefused(nil, "", 0).Error(), "helm rollback"), "no release, no rollback to name")
+}
