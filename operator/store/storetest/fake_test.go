@@ -358,7 +358,7 @@ func TestFakeTenantCounters(t *testing.T) {
 	assert.Contains(t, body, `mooncake_tenant_quota_reject_total{tenant_id="team-a",reason="quota_exceeded"} 1`)
 	m, err := c.Metrics(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, int64(mib), m.Tenants["team-a"].EvictedBytes)
+	assert.Equal(t, mib, m.Tenants["team-a"].EvictedBytes)
 	assert.Equal(t, 1.0, m.Tenants["team-a"].Rejected)
 	f.Restart()
 	m, err = c.Metrics(ctx)
