@@ -438,28 +438,22 @@ func (l *live) bindings(ctx context.Context) error {
 		object := "KVCachePoolBinding/" + b.Namespace + "/" + b.Name
 		l.condition("binding.ledger", object, b.Status.Conditions, kvv1.ConditionQuotaGranted, Fail, "the pool's QuotaLedgerAvailable condition and the backend's status say whether the master answered.")
 		l.condition("binding.domain", object, b.Status.Conditions, kvv1.ConditionDomainExclusive, Fail, "another Binding holds the domain on this master: give this Binding's workloads another Binding.")
-		if meta.FindStatusCondition(b.Status.Conditions, ConditionCacheInUse) != nil {
-			l.condition("binding.cacheInUse", object, b.Status.Conditions, ConditionCacheInUse, Warn, "")
+		if meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionCacheInUse) != nil {
+			l.condition("binding.cacheInUse", object, b.Status.Conditions, kvv1.ConditionCacheInUse, Warn, "")
 		}
-		if meta.FindStatusCondition(b.Status.Conditions, ConditionEvicting) != nil {
-			l.condition("binding.evictions", object, b.Status.Conditions, ConditionEvicting, Warn, "")
+		if meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionEvictingOwnObjects) != nil {
+			l.condition("binding.evictions", object, b.Status.Conditions, kvv1.ConditionEvictingOwnObjects, Warn, "")
 		}
 	}
 	return nil
 }
-
-// The conditions the operator sets on Bindings about use of the cache.
-const (
-	ConditionCacheInUse = "CacheInUse"
-	ConditionEvicting   = "EvictingOwnObjects"
-)
 
 // condition reports one condition: True passes (Evicting is reported the other way round),
 // anything else is reported at level bad with the condition's own message.
 func (l *live) condition(check, object string, conds []metav1.Condition, typ string, bad Level, fix string) {
 	c := meta.FindStatusCondition(conds, typ)
 	good := metav1.ConditionTrue
-	if typ == ConditionEvicting {
+	if typ == kvv1.ConditionEvictingOwnObjects {
 		good = metav1.ConditionFalse
 	}
 	switch {

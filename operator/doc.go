@@ -3,5 +3,7 @@
 // Binding status and finalizers), modeldeployment, and the Mooncake admin client in
 // operator/store. This package itself owns what they share: server-side apply that undoes
 // drift without writing in steady state, finalizers changed under an optimistic lock, the rate
-// limit of usage figures in status, and store error descriptions.
+// limit of usage figures in status, store error descriptions, the writes seen per tenant
+// (TenantActivity) and the verdicts made of them (CacheUse, Eviction), the Pods that use a
+// Binding, and the figures each poll reads exported as Prometheus series (Observations).
 package operator

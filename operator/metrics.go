@@ -13,10 +13,12 @@ import (
 )
 
 // Metrics are the operator's own series (controller-runtime already counts reconcile errors
-// per controller as controller_runtime_reconcile_errors_total).
+// per controller as controller_runtime_reconcile_errors_total): store read failures, ledger
+// writes, and the figures each poll reads (Observations).
 type Metrics struct {
 	scrapeFailures *prometheus.CounterVec
 	ledgerWrites   *prometheus.CounterVec
+	observations   *Observations
 }
 
 // NewMetrics registers the series with reg.
@@ -30,6 +32,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kvcache_ledger_writes_total",
 			Help: "Tenant ledger writes by backend, operation (put, delete) and result (ok, error).",
 		}, []string{"backend", "operation", "result"}),
+		observations: newObservations(),
 	}
 	var err error
 	if m.scrapeFailures, err = promutil.Register(reg, m.scrapeFailures); err != nil {
@@ -38,7 +41,31 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if m.ledgerWrites, err = promutil.Register(reg, m.ledgerWrites); err != nil {
 		return nil, err
 	}
+	if m.observations, err = promutil.Register(reg, m.observations); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// Observed records a backend's figures (nothing without Metrics).
+func (m *Metrics) Observed(backend string, f BackendFigures) {
+	if m != nil {
+		m.observations.SetBackend(backend, f)
+	}
+}
+
+// BackendGone drops a deleted backend's series.
+func (m *Metrics) BackendGone(backend string) {
+	if m != nil {
+		m.observations.ForgetBackend(backend)
+	}
+}
+
+// PoolObserved replaces the figures of a pool's Bindings (none: the pool is gone).
+func (m *Metrics) PoolObserved(pool string, bs []BindingFigures) {
+	if m != nil {
+		m.observations.SetPoolBindings(pool, bs)
+	}
 }
 
 // ScrapeFailed counts a failed read of endpoint ("health", "metrics", ...).

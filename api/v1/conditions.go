@@ -9,6 +9,10 @@ const (
 	ConditionElectionObserved = "ElectionObserved"
 	ConditionRolloutComplete  = "RolloutComplete"
 	ConditionDeletable        = "Deletable"
+	// ConditionWritesAttributed is False while the master holds writes under the tenant
+	// default and no Binding on the backend names that domain: an engine ignores the tenant
+	// injection gave it.
+	ConditionWritesAttributed = "WritesAttributed"
 
 	// KVCachePool.
 	ConditionBackendResolved      = "BackendResolved"
@@ -20,6 +24,16 @@ const (
 	ConditionQuotaGranted    = "QuotaGranted"
 	ConditionDomainExclusive = "DomainExclusive"
 	ConditionReleasable      = "Releasable"
+	// ConditionCacheInUse says whether the tenant of a Binding with Pods is written: False
+	// once its Pods have been Ready for the configured window and the store saw no write
+	// under the tenant. Unknown (never False) while no Pod uses the Binding.
+	ConditionCacheInUse = "CacheInUse"
+	// ConditionEvictingOwnObjects is True while the domain is at its grant and the store
+	// evicts the domain's own older objects to admit its new writes.
+	ConditionEvictingOwnObjects = "EvictingOwnObjects"
+	// ConditionInjectionCurrent is False while Pods injected through the Binding run a
+	// configuration injection no longer writes (status.drift names them).
+	ConditionInjectionCurrent = "InjectionCurrent"
 
 	// ModelDeployment.
 	ConditionCacheAttached = "CacheAttached"

@@ -389,7 +389,7 @@ type KVCacheBackendStatus struct {
 	// +optional
 	PhaseMessage string `json:"phaseMessage,omitempty"`
 	// Conditions: LeaderAvailable, CapacityObserved, MembersMounted, ElectionObserved,
-	// RolloutComplete, Deletable.
+	// RolloutComplete, Deletable, WritesAttributed (multi-tenant masters).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -59,7 +59,8 @@ type KVCachePoolBindingStatus struct {
 	// Phase summarises the conditions.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
-	// Conditions: QuotaGranted, DomainExclusive, Releasable (while deleting).
+	// Conditions: QuotaGranted, DomainExclusive, CacheInUse, EvictingOwnObjects,
+	// InjectionCurrent, Releasable (while deleting).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -76,10 +77,35 @@ type KVCachePoolBindingStatus struct {
 	// UsageObservedTime is when Usage was read from the store's ledger.
 	// +optional
 	UsageObservedTime *metav1.Time `json:"usageObservedTime,omitempty"`
+	// Evicted is the bytes the store evicted from this domain to admit the domain's own new
+	// writes while it was at its grant, counted by the master since it started (the tenant's
+	// eviction counter). Rate-limited as Usage is; the master's /metrics and the operator's
+	// kvcache_binding_evicted_bytes_total carry it as it moves.
+	// +optional
+	Evicted *resource.Quantity `json:"evicted,omitempty"`
+	// EvictedObservedTime is when Evicted was read from the store.
+	// +optional
+	EvictedObservedTime *metav1.Time `json:"evictedObservedTime,omitempty"`
+	// Drift counts the running Pods injected through this Binding whose written
+	// configuration is no longer what injection writes now; absent when there are none.
+	// +optional
+	Drift *BindingDrift `json:"drift,omitempty"`
 	// UsedBy lists the workloads attached through this Binding.
 	// +optional
 	// +listType=atomic
 	UsedBy []ObjectReference `json:"usedBy,omitempty"`
+}
+
+// BindingDrift names the Pods whose injected configuration is stale. Injection runs only when
+// a Pod is created, so they keep it until their workload is rolled.
+type BindingDrift struct {
+	// Pods is how many Pods drifted.
+	Pods int32 `json:"pods"`
+	// Names of the first of them (at most 10), sorted.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Names []string `json:"names,omitempty"`
 }
 
 // KVCachePoolBinding grants its namespace access to a pool: the authorization point.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/manager"
+	"github.com/kvcache-operator/kvcache/operator"
 )
 
 func newManagerCommand() *cobra.Command {
@@ -72,6 +73,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address /healthz and /readyz bind to")
 	f.StringVar(&o.OperatorImage, "operator-image", defaultOperatorImage(), "the manager's own image: electing leader Pods copy the store launcher (kvcache elect) out of it (the chart sets it)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one replica to run the controllers (webhooks serve on every replica)")
+	f.DurationVar(&o.CacheInUseWindow, "cache-in-use-window", operator.DefaultCacheInUseWindow, "how long Pods that use a Binding may be Ready with no write under its tenant before its CacheInUse condition (and a ModelDeployment's CacheAttached) turns False; also how long EvictingOwnObjects stays True after the last eviction")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs")
 	f.StringVar(&certMode, "cert-mode", "external", "self: create and rotate the webhook CA and serving certificate in --cert-secret-name and keep the webhook configurations' caBundle current; external: certificates in --cert-dir come from elsewhere (cert-manager, a Secret) and are reloaded when they change")
 	f.StringVar(&o.CertSecret.Name, "cert-secret-name", "", "Secret holding the self-managed webhook certificate (--cert-mode self)")

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,6 +76,10 @@ type Options struct {
 	AdminAddress func(b *kvv1.KVCacheBackend) string
 	// PollInterval of the store observations; the controllers' default when zero.
 	PollInterval time.Duration
+	// CacheInUseWindow is how long Pods that use a Binding must have been Ready with no write
+	// under its tenant before CacheInUse (and a ModelDeployment's CacheAttached) is False;
+	// operator.DefaultCacheInUseWindow when zero.
+	CacheInUseWindow time.Duration
 	// Settings is the Setting catalog with the release's values (ParseSettings): every replica
 	// creates the entries missing at its start, and the elected one keeps them (recreates a
 	// deleted one, applies a value the release changed); until an entry exists, the webhooks
@@ -243,17 +248,26 @@ func ValidatePath(kind string) string {
 }
 
 // cacheOptions keep the manager's cache to what it needs: the store's Pods and Leases in the
-// system namespace, and only the children the operator manages. Pods and workloads elsewhere
-// are never cached, so memory does not grow with the cluster.
+// system namespace, the opted-in Pods everywhere else (their injection records name the
+// Bindings whose tenants they use), and only the children the operator manages. Other Pods and
+// workloads are never cached, so memory does not grow with the cluster. The Pods rendered for
+// ModelDeployments carry another label, and one selector cannot say "either label": they have
+// their own cache (deploymentPodCache).
 func cacheOptions(systemNamespace string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{generator.LabelManagedBy: generator.ManagedBy})
 	store := labels.SelectorFromSet(labels.Set{generator.LabelName: generator.StoreName})
+	injected := labels.SelectorFromSet(labels.Set{injection.LabelInject: "true"})
 	inSystem := map[string]cache.Config{systemNamespace: {}}
 	return cache.Options{
 		// managedFields are never read here: not caching them saves memory and every copy.
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:            {Label: store, Namespaces: inSystem},
+			// One informer per entry: the system namespace's by the store's label, every other
+			// namespace's by the opt-in label.
+			&corev1.Pod{}: {Namespaces: map[string]cache.Config{
+				systemNamespace:     {LabelSelector: store},
+				cache.AllNamespaces: {LabelSelector: injected},
+			}},
 			&coordinationv1.Lease{}:  {Namespaces: inSystem},
 			&appsv1.Deployment{}:     {Label: managed},
 			&appsv1.DaemonSet{}:      {Label: managed},
@@ -264,6 +278,26 @@ func cacheOptions(systemNamespace string) cache.Options {
 			&rbacv1.RoleBinding{}:    {Label: managed},
 		}}
 }
+
+// deploymentPodCache is a cache of the Pods rendered for ModelDeployments alone (those carrying
+// the ModelDeployment label, in every namespace).
+func deploymentPodCache(mgr ctrl.Manager) (cache.Cache, error) {
+	rendered, err := labels.NewRequirement(injection.LabelModelDeployment, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*rendered)}},
+	})
+}
+
+// startedWithCaches makes the manager start a cache with its own and wait for it to sync before
+// any controller runs (the manager does so for what has a GetCache method).
+type startedWithCaches struct{ cache.Cache }
+
+func (c startedWithCaches) GetCache() cache.Cache { return c.Cache }
 
 func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 	m, err := operator.NewMetrics(metrics.Registry)
@@ -288,7 +322,20 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	if err := operator.IndexBindingsByPool(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := operator.IndexPodsByInjectedBinding(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	rendered, err := deploymentPodCache(mgr)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(startedWithCaches{rendered}); err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorder("kvcache-operator")
+	// The writes seen per tenant: recorded by the pool controller, read by the ModelDeployment
+	// controller for its own Pods.
+	activity := &operator.TenantActivity{}
 	cat := catalogOf(mgr, o)
 	if err := (&backend.Reconciler{
 		Client: cat.wrap(mgr.GetClient()), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
@@ -298,6 +345,8 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	}
 	if err := (&pool.Reconciler{
 		Client: mgr.GetClient(), Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+		Pods: mgr.GetClient(), DeploymentPods: rendered, Injector: injection.New(r), Activity: activity,
+		CacheInUseWindow: o.CacheInUseWindow,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -306,5 +355,8 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 			return err
 		}
 	}
-	return (&modeldeployment.Reconciler{Client: cat.wrap(mgr.GetClient()), Renderer: r}).SetupWithManager(mgr)
+	return (&modeldeployment.Reconciler{
+		Client: cat.wrap(mgr.GetClient()), Renderer: r, Pods: rendered, Activity: activity,
+		CacheInUseWindow: o.CacheInUseWindow,
+	}).SetupWithManager(mgr)
 }

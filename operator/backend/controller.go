@@ -177,6 +177,9 @@ func (r *Reconciler) allBackends(ctx context.Context, _ client.Object) []reconci
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	b := &kvv1.KVCacheBackend{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.BackendGone(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := b.DeepCopy()
@@ -216,6 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	setPhase(b)
+	r.Metrics.Observed(b.Name, s.figures)
 	// Periodic polls yield to events: a store that changes is read before one that is polled.
 	return ctrl.Result{RequeueAfter: r.PollInterval, Priority: ptr.To(handler.LowPriority)}, nil
 }
@@ -233,6 +237,8 @@ type state struct {
 	consumers    []kvv1.ObjectReference
 	// leaseChanged: this reconcile saw the election Lease move to another holder.
 	leaseChanged bool
+	// figures are what this reconcile read from the store, for the metrics.
+	figures operator.BackendFigures
 }
 
 // usedBy lists the pools that name the backend: they are its consumers, and deletion waits
@@ -279,6 +285,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	r.masters.forget(b.UID)
+	r.Metrics.BackendGone(b.Name)
 	return ctrl.Result{}, nil
 }
 

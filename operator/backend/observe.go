@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -56,6 +58,7 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	m, err := admin.Metrics(ctx)
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "metrics", err)
+		s.figures.Up = true
 		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
 		b.Status.Capacity = nil
 		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "ScrapeFailed", operator.Describe(err))
@@ -83,7 +86,79 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	segments, segErr := r.segments(ctx, b, admin)
 	r.setCapacity(b, m, len(segments), s.now)
 	r.setMembers(b, s.memberPods, segments, segErr)
+	s.figures.Up = true
+	s.figures.CapacityBytes, s.figures.UsedBytes = ptr.To(m.TotalCapacityBytes), ptr.To(m.AllocatedBytes)
+	if segErr == nil {
+		s.figures.MembersRegistered, s.figures.MembersExpected = membersFigures(b, s.memberPods)
+	}
+	return r.setWritesAttributed(ctx, b, m)
+}
+
+// membersFigures counts the registered members and, for a managed store, the member Pods
+// that should be (from the members setMembers joined to Pods).
+func membersFigures(b *kvv1.KVCacheBackend, pods []corev1.Pod) (registered, expected *int64) {
+	if b.Spec.Connection.Managed == nil {
+		return ptr.To(int64(len(b.Status.Members))), nil
+	}
+	var n, want int64
+	for _, m := range b.Status.Members {
+		if m.Pod != "" {
+			n++
+		}
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp.IsZero() {
+			want++
+		}
+	}
+	return &n, &want
+}
+
+// setWritesAttributed reports writes under the tenant default on a multi-tenant master whose
+// Bindings all name other domains: injection never writes that tenant for them, so an engine
+// ignores the tenant it was given (vLLM-Ascend never passes it; an older image may not read it).
+func (r *Reconciler) setWritesAttributed(ctx context.Context, b *kvv1.KVCacheBackend, m store.Metrics) error {
+	if len(m.Tenants) == 0 {
+		removeCondition(b, kvv1.ConditionWritesAttributed)
+		return nil
+	}
+	def, ok := m.Tenants[kvv1.DefaultDomainName]
+	if !ok || def.ChargedBytes == 0 && def.EvictedBytes == 0 {
+		set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, "Attributed", "no object on the master is under the tenant default unless a Binding names it")
+		return nil
+	}
+	bindings, err := r.bindingsOf(ctx, b.Name)
+	if err != nil {
+		return err
+	}
+	for _, bd := range bindings {
+		if bd.DomainName() == kvv1.DefaultDomainName && bd.DeletionTimestamp.IsZero() {
+			set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, "Attributed",
+				fmt.Sprintf("the objects under the tenant default are KVCachePoolBinding %s/%s's domain", bd.Namespace, bd.Name))
+			return nil
+		}
+	}
+	msg := "the master holds objects under the tenant default, and no KVCachePoolBinding on this backend names the domain default: an engine is ignoring the tenant injection gave it (vLLM-Ascend never passes it to the store; an engine image that does not read the injected tenant writes there too). Those writes share nothing with the Binding they were meant for: check the Pods whose Binding's CacheInUse is False"
+	if c := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionWritesAttributed); c == nil || c.Status != metav1.ConditionFalse {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "DefaultTenantWrites", "Observe", "%s", msg)
+	}
+	set(b, kvv1.ConditionWritesAttributed, metav1.ConditionFalse, "DefaultTenantWrites", msg)
 	return nil
+}
+
+// bindingsOf lists the Bindings of every pool on the backend.
+func (r *Reconciler) bindingsOf(ctx context.Context, backend string) ([]kvv1.KVCachePoolBinding, error) {
+	pools := &kvv1.KVCachePoolList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return nil, err
+	}
+	var on []string
+	for _, p := range pools.Items {
+		if slices.Contains(p.Spec.Backends, backend) {
+			on = append(on, p.Name)
+		}
+	}
+	return operator.BindingsOf(ctx, r.Client, on...)
 }
 
 func (r *Reconciler) segments(ctx context.Context, b *kvv1.KVCacheBackend, admin store.Admin) ([]store.Segment, error) {

@@ -2,13 +2,15 @@
 // as Pod injection does (Binding, pool, backend, transport), renders each role's Deployment and
 // Service through the one generator with the same engine fragments, applies them with
 // server-side apply, prunes removed roles, and reports whether the cache is attached from what
-// it observes, never from configuration alone.
+// it observes, never from configuration alone: its Pods Ready and writes under its tenant
+// seen by the master (the tenant activity the pool controller records).
 package modeldeployment
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,15 +20,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // Labels of a ModelDeployment's children (templates/modeldeployment).
@@ -40,20 +45,37 @@ const (
 type Reconciler struct {
 	Client   client.Client
 	Renderer *generator.Renderer
+	// Pods is a cache of the Pods rendered for ModelDeployments (their label); nil: no Pod is
+	// seen, and CacheAttached never goes past the replicas' readiness.
+	Pods cache.Cache
+	// Activity is the writes seen per tenant, recorded by the pool controller.
+	Activity *operator.TenantActivity
+	// CacheInUseWindow: how long Ready Pods may go without a write before CacheAttached is
+	// False; operator.DefaultCacheInUseWindow when zero.
+	CacheInUseWindow time.Duration
 }
 
 // SetupWithManager registers the controller: deployments, their children, the Bindings they
 // attach through (whose status carries the tenant's usage) and InstanceTypes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&kvv1.ModelDeployment{}).
 		Named("modeldeployment").
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBinding)).
 		Watches(&kvv1.KVCachePool{}, handler.EnqueueRequestsFromMapFunc(r.byPool)).
-		Watches(&kvv1.InstanceType{}, handler.EnqueueRequestsFromMapFunc(r.byInstanceType)).
-		Complete(r)
+		Watches(&kvv1.InstanceType{}, handler.EnqueueRequestsFromMapFunc(r.byInstanceType))
+	if r.Pods != nil {
+		// A Pod turning Ready starts the window CacheAttached is judged over.
+		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
+			if md := p.Labels[injection.LabelModelDeployment]; md != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: md}}}
+			}
+			return nil
+		})))
+	}
+	return b.Complete(r)
 }
 
 func (r *Reconciler) byBinding(ctx context.Context, o client.Object) []reconcile.Request {
@@ -109,6 +131,16 @@ type state struct {
 	renderErr  error
 	rendered   []generator.Object
 	deploys    []appsv1.Deployment
+	// pods use the cache: the deployment's Pods (nil when none are seen).
+	pods []operator.PodUse
+	// activity is what the master showed of the tenant's writes (known: it was read).
+	activity      operator.Activity
+	activityKnown bool
+	now           time.Time
+	window        time.Duration
+	storeImage    string
+	// recheck is when CacheAttached can change without an event.
+	recheck time.Duration
 }
 
 // attachable reports whether the cache attachment (if any) resolved.
@@ -127,7 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil // the children go with it (owner references)
 	}
 	before := md.DeepCopy()
-	s := &state{md: md}
+	s := &state{md: md, now: time.Now(), window: operator.CacheInUseWindowOr(r.CacheInUseWindow)}
 	defer func() {
 		// observedGeneration moves only when this generation was rendered and applied: a
 		// deployment whose cache cannot attach, or that cannot render, keeps what runs.
@@ -147,6 +179,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	setStatus(s)
+	if s.recheck > 0 {
+		// Waiting for writes: look again when the window ends, and meanwhile as often as the
+		// store is read, since a write does not always move the Binding's status.
+		return ctrl.Result{RequeueAfter: min(s.recheck, 30*time.Second)}, nil
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -259,8 +296,12 @@ func (r *Reconciler) prune(ctx context.Context, s *state) error {
 	return nil
 }
 
-// observe reads the roles' Deployments.
+// observe reads the roles' Deployments and, with a cache attached, the Pods and what the
+// master showed of the tenant's writes.
 func (r *Reconciler) observe(ctx context.Context, s *state) error {
+	if err := r.observePods(ctx, s); err != nil {
+		return err
+	}
 	for _, role := range s.md.Spec.Roles {
 		d := &appsv1.Deployment{}
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: s.md.Namespace, Name: generator.RoleObjectName(s.md.Name, role.Name)}, d)
@@ -277,4 +318,40 @@ func (r *Reconciler) observe(ctx context.Context, s *state) error {
 
 func describe(a *injection.Attachment) string {
 	return fmt.Sprintf("KVCachePoolBinding %s/%s (pool %s, domain %s)", a.Binding.Namespace, a.Binding.Name, a.Pool.Name, a.Domain)
+}
+
+// observePods reads the deployment's Pods and the tenant's activity.
+func (r *Reconciler) observePods(ctx context.Context, s *state) error {
+	a := s.attachment
+	if s.md.Spec.KVCache == nil || a == nil || a.Backend == nil || r.Pods == nil {
+		return nil
+	}
+	pods, err := operator.DeploymentPods(ctx, r.Pods, s.md)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		it, err := r.instanceType(ctx, roleInstanceType(s.md, pods[i].Labels[generator.LabelComponent]))
+		if err != nil {
+			return err
+		}
+		s.pods = append(s.pods, operator.DeploymentUse(&pods[i], generator.EngineFor(s.md, it), s.md.Spec.Engine.Version))
+	}
+	if r.Activity != nil {
+		s.activity, s.activityKnown = r.Activity.Get(a.Backend.UID, a.Domain)
+	}
+	img, err := rules.StoreImage(ctx, rules.Cluster{Reader: r.Client}, a.Backend)
+	if err == nil {
+		s.storeImage = img
+	}
+	return nil
+}
+
+func roleInstanceType(md *kvv1.ModelDeployment, role string) string {
+	for _, ro := range md.Spec.Roles {
+		if ro.Name == role {
+			return ro.InstanceType
+		}
+	}
+	return ""
 }

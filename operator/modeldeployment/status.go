@@ -8,6 +8,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator"
 )
 
 func set(md *kvv1.ModelDeployment, t string, status metav1.ConditionStatus, reason, msg string) {
@@ -54,10 +55,11 @@ func setRollout(s *state) {
 	set(md, kvv1.ConditionRolloutComplete, metav1.ConditionTrue, "Complete", "every role runs its current template on all replicas")
 }
 
-// setCacheAttached says whether the cache is attached, from observation: a ready replica and
-// the tenant's usage visible in the store. Configuration alone never makes it True. The usage
-// figure itself stays out of the message: it moves with every write, and the condition only
-// turns on whether there is any.
+// setCacheAttached says whether the cache is attached, from observation: Ready Pods and writes
+// under the tenant seen by the master after they became Ready (operator.CacheUse). False once
+// they have been Ready for the window with no write; configuration alone never makes it True.
+// No figure is in the message: figures move with every write, the condition only with the
+// verdict.
 func setCacheAttached(s *state) {
 	md := s.md
 	if md.Spec.KVCache == nil {
@@ -85,14 +87,25 @@ func setCacheAttached(s *state) {
 	switch {
 	case ready == 0:
 		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoReplicaReady", "configured through "+describe(a)+"; no replica is ready yet, so nothing can use the cache")
+		return
 	case !a.TenantLedger:
 		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoObservationAvailable",
-			fmt.Sprintf("%d replica(s) ready; KVCacheBackend %s keeps no tenant ledger, so the store cannot show this domain's usage", ready, a.Backend.Name))
-	case a.Binding.Status.Usage == nil || a.Binding.Status.Usage.IsZero():
+			fmt.Sprintf("%d replica(s) ready; KVCacheBackend %s keeps no tenant ledger, so the store cannot show this domain's writes", ready, a.Backend.Name))
+		return
+	case len(s.pods) == 0:
 		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoObservationAvailable",
-			fmt.Sprintf("%d replica(s) ready; the store shows no usage for tenant %s yet", ready, a.Domain))
-	default:
-		set(md, kvv1.ConditionCacheAttached, metav1.ConditionTrue, "CacheActive",
-			fmt.Sprintf("%d replica(s) ready; the store holds objects of tenant %s (KVCachePoolBinding %s/%s's usage)", ready, a.Domain, a.Binding.Namespace, a.Binding.Name))
+			fmt.Sprintf("%d replica(s) ready; their Pods are not seen yet, so whether they write under tenant %s is not known", ready, a.Domain))
+		return
 	}
+	// The same verdict as the Binding's CacheInUse, over this deployment's Pods alone.
+	v := operator.CacheUse(operator.CacheUseInput{
+		Now: s.now, Window: s.window, Tenant: a.Domain, Backend: a.Backend.Name, StoreImage: s.storeImage,
+		Pods: s.pods, Observed: s.activityKnown, Activity: s.activity,
+		Prev: meta.FindStatusCondition(md.Status.Conditions, kvv1.ConditionCacheAttached),
+	})
+	s.recheck = v.RecheckAfter
+	if v.Keep {
+		return
+	}
+	set(md, kvv1.ConditionCacheAttached, v.Status, v.Reason, v.Message)
 }

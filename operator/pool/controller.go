@@ -3,7 +3,9 @@
 // Bindings (a finalizer on each Binding before its first ledger write; PUT where the requested
 // figure differs; DELETE only the entries of Bindings being released, or of every Binding of a
 // pool being deleted, never foreign ones), and reports pool and Binding status from what the
-// ledger says.
+// ledger says, and whether each Binding's tenant is used: the Pods that use it, the writes the
+// master sees under it (CacheInUse), its evictions at its grant (EvictingOwnObjects), and the
+// injected Pods whose configuration is stale (InjectionCurrent).
 package pool
 
 import (
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +36,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 )
@@ -57,6 +61,24 @@ type Reconciler struct {
 	// UsageRefresh is how often a usage figure that keeps changing is rewritten;
 	// operator.DefaultUsageRefresh when zero.
 	UsageRefresh time.Duration
+
+	// Pods reads the Pods injected through a Binding (indexed by
+	// operator.InjectedBindingField); nil: none are seen.
+	Pods client.Reader
+	// DeploymentPods reads the Pods rendered for ModelDeployments; nil: none are seen.
+	DeploymentPods client.Reader
+	// Injector judges injected Pods' drift; nil: drift is not judged.
+	Injector *injection.Injector
+	// Activity remembers the writes seen per tenant; shared with the ModelDeployment
+	// controller. Nil: this reconciler keeps its own.
+	Activity *operator.TenantActivity
+	// CacheInUseWindow is how long Pods must have been Ready without a write under their
+	// tenant before CacheInUse is False, and how long EvictingOwnObjects stays True after the
+	// last eviction; operator.DefaultCacheInUseWindow when zero.
+	CacheInUseWindow time.Duration
+
+	activityOnce sync.Once
+	drift        driftMemo
 }
 
 // SetupWithManager registers the controller: pools, their Bindings, their backends, and the
@@ -126,11 +148,19 @@ type state struct {
 	// pending says what a pool being deleted still waits for ("" once its tenants are gone).
 	pending string
 	now     time.Time
+	// figures are the master's per-tenant figures of the held domains (figuresRead: this
+	// reconcile read them), activity the writes seen per domain, defaultWrites whether the
+	// master holds objects under the tenant default.
+	figures       map[string]store.TenantMetrics
+	figuresRead   bool
+	activity      map[string]operator.Activity
+	defaultWrites bool
+	drift         *driftRound
 }
 
 // Reconcile converges one pool's ledger entries and reports pool and Binding status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	s := &state{pool: &kvv1.KVCachePool{}, before: map[types.NamespacedName]*kvv1.KVCachePoolBinding{}, now: time.Now()}
+	s := &state{pool: &kvv1.KVCachePool{}, before: map[types.NamespacedName]*kvv1.KVCachePoolBinding{}, now: time.Now(), figures: map[string]store.TenantMetrics{}}
 	poolErr := r.Client.Get(ctx, req.NamespacedName, s.pool)
 	if err := client.IgnoreNotFound(poolErr); err != nil {
 		return ctrl.Result{}, err
@@ -141,6 +171,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if apierrors.IsNotFound(poolErr) {
 		// The pool is gone (its finalizer released its tenants first): nothing holds its
 		// Bindings, and nothing grants them anything.
+		r.Metrics.PoolObserved(req.Name, nil)
+		r.drift.forget(req.Name)
 		return ctrl.Result{}, r.orphans(ctx, s)
 	}
 	beforePool := s.pool.DeepCopy()
@@ -164,6 +196,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.readLedger,
 		r.convergeLedger,
 		r.releaseBindings,
+		r.readTenantFigures,
 	} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -187,6 +220,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 		}
 	}
 	r.setDeletingStatuses(s)
+	r.Metrics.PoolObserved(s.pool.Name, nil)
 	if s.pending != "" {
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
@@ -345,6 +379,12 @@ func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
 
 func (s *state) holds(b *kvv1.KVCachePoolBinding) bool {
 	return s.holders[b.DomainName()] == client.ObjectKeyFromObject(b)
+}
+
+// domainHeld reports whether any Binding on the backend holds domain d.
+func (s *state) domainHeld(d string) bool {
+	_, ok := s.holders[d]
+	return ok
 }
 
 // ensureFinalizers puts the ledger finalizer on every live Binding before the ledger is

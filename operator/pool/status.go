@@ -49,9 +49,15 @@ func (r *Reconciler) setStatuses(ctx context.Context, s *state) {
 	p.Status.Usage = kvv1.PoolUsage{Total: u.Bytes, ObservedTime: u.At}
 	setPoolPhase(p)
 
+	s.drift = r.drift.round(p.Name)
+	var figures []operator.BindingFigures
 	for _, b := range s.bindings {
-		r.setBindingStatus(ctx, s, b)
+		if f, ok := r.setBindingStatus(ctx, s, b); ok {
+			figures = append(figures, f)
+		}
 	}
+	s.drift.done()
+	r.Metrics.PoolObserved(p.Name, figures)
 }
 
 // setDeletingStatuses reports a pool being deleted: new Pods may not attach, and what the
@@ -79,7 +85,8 @@ func setOrphanStatus(b *kvv1.KVCachePoolBinding) {
 
 func setPoolGoneStatus(b *kvv1.KVCachePoolBinding, reason, msg string) {
 	st := &b.Status
-	st.EffectiveQuota, st.Usage, st.UsageObservedTime = nil, nil, nil
+	st.EffectiveQuota, st.Usage, st.UsageObservedTime, st.Evicted, st.EvictedObservedTime = nil, nil, nil, nil, nil
+	meta.RemoveStatusCondition(&st.Conditions, kvv1.ConditionEvictingOwnObjects)
 	set(&st.Conditions, b.Generation, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, reason, msg)
 	set(&st.Conditions, b.Generation, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, reason, msg)
 	st.Phase = kvv1.PhasePending
@@ -152,14 +159,15 @@ func setPoolPhase(p *kvv1.KVCachePool) {
 	}
 }
 
-// setBindingStatus reports what the ledger granted one Binding.
-func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVCachePoolBinding) {
+// setBindingStatus reports what the ledger granted one Binding and how its tenant is used,
+// and returns its figures for the metrics (ok false for a Binding being deleted).
+func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVCachePoolBinding) (operator.BindingFigures, bool) {
 	st := &b.Status
 	c := &st.Conditions
 	g := b.Generation
 	if !b.DeletionTimestamp.IsZero() {
 		st.Phase = kvv1.PhaseDeleting
-		return
+		return operator.BindingFigures{}, false
 	}
 	meta.RemoveStatusCondition(c, kvv1.ConditionReleasable)
 	setDomainExclusive(s, b)
@@ -191,12 +199,19 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 	}
 	u := operator.RefreshUsage(operator.Usage{Bytes: st.Usage, At: st.UsageObservedTime}, usage, s.now, operator.UsageRefreshOr(r.UsageRefresh))
 	st.Usage, st.UsageObservedTime = u.Bytes, u.At
-	st.UsedBy = r.consumers(ctx, b)
+	mds, err := r.attached(ctx, b)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "list ModelDeployments")
+	} else {
+		st.UsedBy = consumers(mds)
+	}
+	fig := r.setUse(ctx, s, b, mds)
 	if meta.IsStatusConditionTrue(*c, kvv1.ConditionQuotaGranted) && meta.IsStatusConditionTrue(*c, kvv1.ConditionDomainExclusive) {
 		st.Phase = kvv1.PhaseReady
 	} else {
 		st.Phase = kvv1.PhasePending
 	}
+	return fig, true
 }
 
 // setDomainExclusive says whether the Binding's domain is its own on the backend's master.
@@ -232,19 +247,27 @@ func setDomainExclusive(s *state, b *kvv1.KVCachePoolBinding) {
 	}
 }
 
-// consumers lists the ModelDeployments attached through a Binding.
-func (r *Reconciler) consumers(ctx context.Context, b *kvv1.KVCachePoolBinding) []kvv1.ObjectReference {
+// attached lists the live ModelDeployments attached through a Binding, by name.
+func (r *Reconciler) attached(ctx context.Context, b *kvv1.KVCachePoolBinding) ([]kvv1.ModelDeployment, error) {
 	mds := &kvv1.ModelDeploymentList{}
 	if err := r.Client.List(ctx, mds, client.InNamespace(b.Namespace)); err != nil {
-		log.FromContext(ctx).Error(err, "list ModelDeployments")
-		return b.Status.UsedBy
+		return nil, err
 	}
-	var out []kvv1.ObjectReference
+	var out []kvv1.ModelDeployment
 	for _, md := range mds.Items {
 		if md.Spec.KVCache != nil && md.Spec.KVCache.PoolRef.Name == b.Name && md.DeletionTimestamp.IsZero() {
-			out = append(out, kvv1.ObjectReference{Kind: "ModelDeployment", Namespace: md.Namespace, Name: md.Name})
+			out = append(out, md)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// consumers are the usedBy entries of the ModelDeployments attached through a Binding.
+func consumers(mds []kvv1.ModelDeployment) []kvv1.ObjectReference {
+	var out []kvv1.ObjectReference
+	for _, md := range mds {
+		out = append(out, kvv1.ObjectReference{Kind: "ModelDeployment", Namespace: md.Namespace, Name: md.Name})
+	}
 	return out
 }

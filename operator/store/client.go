@@ -43,7 +43,10 @@ const (
 	metricTenantRequested = "mooncake_tenant_quota_requested_bytes"
 	metricTenantEffective = "mooncake_tenant_quota_effective_bytes"
 	metricTenantCharged   = "mooncake_tenant_quota_charged_bytes"
-	labelTenantID         = "tenant_id"
+	// The master creates these two counters for a tenant on its first eviction / refusal.
+	metricTenantEvicted  = "mooncake_tenant_evict_bytes_total"
+	metricTenantRejected = "mooncake_tenant_quota_reject_total"
+	labelTenantID        = "tenant_id"
 )
 
 // ErrRedirect is wrapped by the error of a call answered with a 3xx: the Client never follows
@@ -270,7 +273,9 @@ func ParseMetrics(text []byte) (Metrics, error) {
 	m.TotalCapacityBytes = unlabelled(families[metricTotalCapacity])
 	m.AllocatedBytes = unlabelled(families[metricAllocated])
 
-	perTenant := func(name string, set func(*TenantMetrics, int64)) {
+	// perTenant hands each sample of a family to set; the samples of one tenant under several
+	// other labels (reject_total has a reason) are each handed over.
+	perTenant := func(name string, set func(*TenantMetrics, float64)) {
 		mf := families[name]
 		if mf == nil {
 			return
@@ -281,17 +286,23 @@ func ParseMetrics(text []byte) (Metrics, error) {
 				continue
 			}
 			v, ok := sampleValue(mf.GetType(), metric)
-			if !ok {
+			if !ok || math.IsNaN(v) {
 				continue
 			}
 			tm := m.Tenants[id]
-			set(&tm, toBytes(v))
+			set(&tm, v)
 			m.Tenants[id] = tm
 		}
 	}
-	perTenant(metricTenantRequested, func(t *TenantMetrics, v int64) { t.RequestedBytes = v })
-	perTenant(metricTenantEffective, func(t *TenantMetrics, v int64) { t.EffectiveBytes = v })
-	perTenant(metricTenantCharged, func(t *TenantMetrics, v int64) { t.ChargedBytes = v })
+	perTenant(metricTenantRequested, func(t *TenantMetrics, v float64) { t.RequestedBytes = toBytes(v) })
+	perTenant(metricTenantEffective, func(t *TenantMetrics, v float64) { t.EffectiveBytes = toBytes(v) })
+	perTenant(metricTenantCharged, func(t *TenantMetrics, v float64) { t.ChargedBytes = toBytes(v) })
+	perTenant(metricTenantEvicted, func(t *TenantMetrics, v float64) { t.EvictedBytes = toBytes(v) })
+	perTenant(metricTenantRejected, func(t *TenantMetrics, v float64) {
+		if v > 0 {
+			t.Rejected += v
+		}
+	})
 	for _, mf := range families {
 		if mf.GetType() != dto.MetricType_COUNTER {
 			continue

@@ -565,6 +565,20 @@ func TestMetrics(t *testing.T) {
 			CounterSum: 6,
 		}, m)
 	})
+	t.Run("a tenant's eviction and rejection counters", func(t *testing.T) {
+		// As the master prints them once team-b evicted at its grant and had two puts refused
+		// (one series per reason).
+		m, err := ParseMetrics([]byte(`# TYPE mooncake_tenant_quota_reject_total counter
+mooncake_tenant_quota_reject_total{tenant_id="team-b",reason="quota_exceeded"} 2
+mooncake_tenant_quota_reject_total{tenant_id="team-b",reason="admission_closed"} 1
+# TYPE mooncake_tenant_evict_bytes_total counter
+mooncake_tenant_evict_bytes_total{tenant_id="team-b"} 524288
+# TYPE mooncake_tenant_quota_charged_bytes gauge
+mooncake_tenant_quota_charged_bytes{tenant_id="team-b"} 1048576
+`))
+		require.NoError(t, err)
+		assert.Equal(t, map[string]TenantMetrics{"team-b": {ChargedBytes: 1 << 20, EvictedBytes: 512 << 10, Rejected: 3}}, m.Tenants)
+	})
 	t.Run("bare master without multi-tenancy", func(t *testing.T) {
 		m, err := ParseMetrics([]byte("# HELP master_total_capacity_bytes x\n# TYPE master_total_capacity_bytes gauge\nmaster_total_capacity_bytes 0\n"))
 		require.NoError(t, err)

@@ -189,6 +189,41 @@ func TestRealStore(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusConflict, se.HTTPStatus)
 
+	// At its grant a tenant's new writes evict its own older objects (the eviction counter
+	// rises, the charge stays within the grant); a value larger than the grant is refused
+	// (-1700) and counted as a rejection. Both counters exist only once they moved.
+	require.Zero(t, m.Tenants["team-a"].EvictedBytes)
+	_, err = c.PutTenant(ctx, "team-a", 16)
+	require.NoError(t, err)
+	restPutValue := func(key, value string) (int, error) {
+		body := fmt.Sprintf(`{"key":%q,"value":%q}`, key, value)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, fmt.Sprintf("http://127.0.0.1:%d/api/put", rest), strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	code, err := restPutValue("k2", "hello again")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code, "a write at the grant succeeds")
+	m, err = c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len("hello world")), m.Tenants["team-a"].EvictedBytes, "k1 evicted to admit k2")
+	assert.Equal(t, int64(len("hello again")), m.Tenants["team-a"].ChargedBytes)
+	assert.Zero(t, m.Tenants["team-a"].Rejected)
+	code, err = restPutValue("k3", strings.Repeat("x", 32))
+	require.NoError(t, err)
+	assert.NotEqual(t, http.StatusOK, code, "a value larger than the grant is refused")
+	m, err = c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, float64(1), m.Tenants["team-a"].Rejected, "mooncake_tenant_quota_reject_total{reason=quota_exceeded}")
+
 	// The same master with multi-tenancy off has no ledger.
 	_, _, off := startMaster(t, bin, false)
 	_, err = off.Tenants(ctx)

@@ -76,6 +76,8 @@ func TestChartSchemaRefusesBadValues(t *testing.T) {
 		{"a wrong type", "replicas=two", "at '/replicas': got string, want integer"},
 		{"an unknown top-level key", "replica=2", "at '': additional properties 'replica' not allowed"},
 		{"an unknown TLS mode", "webhook.certs.mode=acme", `at '/webhook/certs/mode': value must be one of 'self', 'certManager', 'secret'`},
+		{"a misspelt dashboard switch", "metrics.dashboard.enable=true", `at '/metrics/dashboard': additional properties 'enable' not allowed`},
+		{"a refusal threshold that is not positive", "metrics.prometheusRule.admissionRefusalsPerSecond=0", `at '/metrics/prometheusRule/admissionRefusalsPerSecond'`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

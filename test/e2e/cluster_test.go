@@ -41,8 +41,14 @@ func startEnvtest(t *testing.T) *testenv.Env {
 	return testenv.StartForTest(t, "the end-to-end test")
 }
 
-// startManager starts the operator's manager (controllers only) with every backend's admin
-// API pointed at adminAddr. It stops when the test ends, before envtest.
+// cacheInUseWindow is the manager's --cache-in-use-window here: short, so a Pod that never
+// writes is reported within the test.
+const cacheInUseWindow = 4 * time.Second
+
+// startManager starts the operator's manager (controllers only) with every managed backend's
+// admin API pointed at adminAddr (external backends are reached at their declared Admin
+// endpoint). It stops when the test ends, before envtest. The controllers' names are
+// process-wide, so one test of the package starts a manager.
 func startManager(t *testing.T, env *testenv.Env, adminAddr string) {
 	t.Helper()
 	mgr, err := manager.New(env.Config, manager.Options{
@@ -50,8 +56,14 @@ func startManager(t *testing.T, env *testenv.Env, adminAddr string) {
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 		// The backend's admin API is the real master's admin port on loopback (in a cluster it
 		// is <backend>-leader.<ns>.svc:9003, which nothing here resolves).
-		AdminAddress: func(*kvv1.KVCacheBackend) string { return adminAddr },
-		PollInterval: pollInterval,
+		AdminAddress: func(b *kvv1.KVCacheBackend) string {
+			if b.Spec.Connection.External != nil {
+				return ""
+			}
+			return adminAddr
+		},
+		PollInterval:     pollInterval,
+		CacheInUseWindow: cacheInUseWindow,
 		// Webhooks are proven in test/webhook; injection is called directly below.
 		DisableWebhooks: true,
 	})

@@ -527,7 +527,10 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	t.Logf("timings: master start -> backend Ready %s (member start -> Ready %s); master SIGKILL -> backend %s %s; master restart -> backend Ready %s, -> cold cache reported %s; whole test %s (before cleanup)",
 		startToReady.Round(time.Millisecond), memberToReady.Round(time.Millisecond), kvv1.PhaseError, killToError.Round(time.Millisecond), restartToReady.Round(time.Millisecond),
 		restartToColdCache.Round(time.Millisecond), time.Since(testStart).Round(time.Millisecond))
-	// ---- 8. Cleanup: t.Cleanup stops the member and the master (process groups, SIGKILL after
+	// ---- 8. How a tenant is used, on a second master (an external backend). -----------------
+	t.Run("TheTenantsUse", func(t *testing.T) { tenantsUse(t, env) })
+
+	// ---- 9. Cleanup: t.Cleanup stops the member and the master (process groups, SIGKILL after
 	// the grace period), then the manager, then envtest.
 }
 
@@ -543,6 +546,8 @@ type clientResult struct {
 	SegmentsWhileConnected struct {
 		Segments []segment `json:"segments"`
 	} `json:"segments_while_connected"`
+	// More are the codes of the puts after the first (E2E_MORE).
+	More []int `json:"more"`
 }
 
 // setupArgs is the dict the client passed to MooncakeDistributedStore.setup.

@@ -12,13 +12,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 )
@@ -30,6 +35,27 @@ func eventuallyMD(t *testing.T, name, what string, f func(md *kvv1.ModelDeployme
 		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: name}, md) == nil && f(md)
 	}, func() string { return fmt.Sprintf("ModelDeployment %s: %s; last status: %+v", name, what, md.Status) })
 	return md
+}
+
+// rolePods creates the Pods a role Deployment's ReplicaSet would, from its template, and
+// reports them Ready as the kubelet would.
+func rolePods(t *testing.T, name string) []string {
+	t.Helper()
+	ctx := context.Background()
+	d := &appsv1.Deployment{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: name}, d))
+	var names []string
+	for i := range *d.Spec.Replicas {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("%s-%d", name, i), Labels: d.Spec.Template.Labels, Annotations: d.Spec.Template.Annotations},
+			Spec:       *d.Spec.Template.Spec.DeepCopy(),
+		}
+		require.NoError(t, env.Client.Create(ctx, p))
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+		setReady(t, p)
+		names = append(names, p.Name)
+	}
+	return names
 }
 
 // markReady sets a role Deployment's status as the Deployment controller and kubelet would.
@@ -83,22 +109,38 @@ func TestModelDeploymentAttachesThroughItsBinding(t *testing.T) {
 
 	markReady(t, "qwen-chat-server")
 	markReady(t, "qwen-chat-canary")
-	eventuallyMD(t, "qwen-chat", "rolled out, no usage yet", func(md *kvv1.ModelDeployment) bool {
+	eventuallyMD(t, "qwen-chat", "rolled out, its Pods not seen", func(md *kvv1.ModelDeployment) bool {
 		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "NoObservationAvailable" && md.Status.Phase == kvv1.PhaseReady
+	})
+	pods := append(rolePods(t, "qwen-chat-server"), rolePods(t, "qwen-chat-canary")...)
+	// Ready for the window, and nothing written under the tenant: False, on the deployment and
+	// on its Binding, naming the Pods.
+	got = eventuallyMD(t, "qwen-chat", "CacheAttached False", func(md *kvv1.ModelDeployment) bool {
+		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Status == metav1.ConditionFalse
+	})
+	msg := condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message
+	assert.Contains(t, msg, fmt.Sprintf("while Pods %s, %s, %s have been Ready for %s or longer", pods[2], pods[0], pods[1], cacheInUseWindow))
+	assert.Contains(t, msg, "kubectl -n team-a exec "+pods[2]+" -- python3 -c")
+	assert.Contains(t, msg, "that the engine's bundled Mooncake client is on the master's line (Mooncake 0.3.13, image gpustack/mirrored-mooncake:0.3.13.post1-cpu)")
+	eventuallyBinding(t, "team-a", "chat", "CacheInUse False for the deployment's Pods", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionCacheInUse).Status == metav1.ConditionFalse
 	})
 	fake.SetCharged("team-a-chat", 64<<20) // an engine wrote 64Mi under the tenant
 	// The tenant must be empty again before its Binding can be released at cleanup.
 	t.Cleanup(func() { fake.SetCharged("team-a-chat", 0) })
-	got = eventuallyMD(t, "qwen-chat", "CacheActive", func(md *kvv1.ModelDeployment) bool {
-		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Reason == "CacheActive"
+	got = eventuallyMD(t, "qwen-chat", "CacheAttached True", func(md *kvv1.ModelDeployment) bool {
+		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Status == metav1.ConditionTrue
 	})
-	assert.Equal(t, "3 replica(s) ready; the store holds objects of tenant team-a-chat (KVCachePoolBinding team-a/chat's usage)", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
+	assert.Equal(t, "WritesObserved", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Reason)
+	assert.Equal(t, "the master of KVCacheBackend md-store saw writes under tenant team-a-chat after the Pods using it became Ready", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
 
-	// Steady: the roles read back as applied, so a reconcile writes nothing.
+	// Steady: the roles read back as applied, and a reconcile that knows nothing new of the
+	// tenant (a restarted manager) keeps the verdict: it writes nothing.
 	r, err := generator.NewRenderer()
 	require.NoError(t, err)
 	counting := &countingClient{Client: env.Client}
-	_, err = (&modeldeployment.Reconciler{Client: counting, Renderer: r}).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(md)})
+	podCache := renderedPodCache(t)
+	_, err = (&modeldeployment.Reconciler{Client: counting, Renderer: r, Pods: podCache, Activity: &operator.TenantActivity{}, CacheInUseWindow: cacheInUseWindow}).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(md)})
 	require.NoError(t, err)
 	assert.Empty(t, counting.Writes(), "a steady ModelDeployment's reconcile writes nothing")
 
@@ -147,4 +189,20 @@ func TestModelDeploymentReportsAnUnusableBinding(t *testing.T) {
 	assert.Contains(t, condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message, `KVCachePool "md-down-pool" reports QuotaLedgerAvailable=False (LedgerUnreachable`)
 	assert.Equal(t, kvv1.PhaseDegraded, got.Status.Phase)
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-b", Name: "qwen-down-server"}, &appsv1.Deployment{})))
+}
+
+// renderedPodCache is a cache of the Pods rendered for ModelDeployments, as the manager keeps
+// one, started for the test.
+func renderedPodCache(t *testing.T) cache.Cache {
+	t.Helper()
+	req, err := labels.NewRequirement(injection.LabelModelDeployment, selection.Exists, nil)
+	require.NoError(t, err)
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)}}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Start(ctx) }()
+	require.True(t, c.WaitForCacheSync(ctx))
+	return c
 }

@@ -78,7 +78,7 @@ func TestUsageUnderTrafficIsRateLimited(t *testing.T) {
 	admin := func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) }
 	rec := events.NewFakeRecorder(100)
 	br := &backend.Reconciler{Client: counting, Renderer: r, SystemNamespace: systemNamespace, Admin: admin, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour}
-	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour}
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour, CacheInUseWindow: cacheInUseWindow}
 	ctx := context.Background()
 	reconcile := func() {
 		_, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "traffic"}})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -17,6 +18,8 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
 	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
@@ -114,7 +117,9 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	admin := func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) }
 	rec := events.NewFakeRecorder(100)
 	br := &backend.Reconciler{Client: counting, Renderer: r, SystemNamespace: systemNamespace, Admin: admin, Recorder: rec, PollInterval: time.Second}
-	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second}
+	// Configured as the suite's manager is: the two must agree on every figure and message.
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second,
+		Pods: cached, Injector: injection.New(r), CacheInUseWindow: cacheInUseWindow}
 	ctx := context.Background()
 	fake.ResetRequests()
 	before := resourceVersions(t, "steady")
@@ -146,4 +151,49 @@ func drain(rec *events.FakeRecorder) []string {
 			return out
 		}
 	}
+}
+
+// A tenant written on every poll (its charge and its eviction counter move each time) and used
+// by a Ready injected Pod settles too: once CacheInUse is True, EvictingOwnObjects True and the
+// figures written, further polls write nothing, and a reconciler that starts with no memory of
+// the tenant (a restarted manager) keeps every condition.
+func TestSteadyWhileTheTenantIsWritten(t *testing.T) {
+	fake := fakeStore(t, "busy", storetest.FakeOptions{MultiTenancy: true})
+	fake.MountSegment("10.3.1.10:15400", 8<<30, "tcp")
+	create(t, externalBackend("busy", "busy.example:50051"))
+	create(t, pool("busy-pool", "busy", "8Gi"))
+	create(t, binding("team-a", "busy", "busy-pool", "team-a-busy", "4Gi"))
+	t.Cleanup(func() { fake.SetCharged("team-a-busy", 0) })
+	eventuallyBinding(t, "team-a", "busy", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+	injectPod(t, "team-a", "busy-0", "busy")
+	written := int64(1 << 20)
+	write := func() { // what an engine at its grant does between two polls
+		written += 4096
+		fake.SetCharged("team-a-busy", written)
+		fake.Evict("team-a-busy", 4096)
+	}
+	write()
+	eventuallyBinding(t, "team-a", "busy", "in use and evicting", func(b *kvv1.KVCachePoolBinding) bool {
+		write()
+		return condition(b.Status.Conditions, kvv1.ConditionCacheInUse).Status == metav1.ConditionTrue &&
+			condition(b.Status.Conditions, kvv1.ConditionEvictingOwnObjects).Status == metav1.ConditionTrue &&
+			condition(b.Status.Conditions, kvv1.ConditionInjectionCurrent).Status == metav1.ConditionTrue
+	})
+
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	counting := &countingClient{Client: env.Client}
+	admin := func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) }
+	rec := events.NewFakeRecorder(100)
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second,
+		Pods: cached, Injector: injection.New(r), Activity: &operator.TenantActivity{}, CacheInUseWindow: cacheInUseWindow}
+	ctx := context.Background()
+	for range 4 {
+		write()
+		_, err := pr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "busy-pool"}})
+		require.NoError(t, err)
+	}
+	assert.Empty(t, counting.Writes(), "API writes while the tenant is written every poll; events: %v", drain(rec))
 }

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -26,8 +27,14 @@ import (
 
 const systemNamespace = "gpustack-system"
 
+// cacheInUseWindow is the suite manager's --cache-in-use-window: short, so Pods that never
+// write are reported within a test.
+const cacheInUseWindow = 3 * time.Second
+
 var (
 	env *testenv.Env
+	// cached reads through the suite manager's cache (opted-in Pods indexed by their Binding).
+	cached client.Client
 
 	storesMu sync.Mutex
 	stores   = map[string]*storetest.Fake{}
@@ -93,13 +100,14 @@ func run(m *testing.M) (int, error) {
 	}
 	mgr, err := manager.New(env.Config, manager.Options{
 		SystemNamespace: systemNamespace, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		AdminAddress: adminAddress, PollInterval: 500 * time.Millisecond,
+		AdminAddress: adminAddress, PollInterval: 500 * time.Millisecond, CacheInUseWindow: cacheInUseWindow,
 		// Webhooks are proven in test/webhook; nothing here registers their configurations.
 		DisableWebhooks: true,
 	})
 	if err != nil {
 		return 0, err
 	}
+	cached = mgr.GetClient()
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()

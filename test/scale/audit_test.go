@@ -125,18 +125,19 @@ func countBy(events []auditEvent, key func(auditEvent) string) []string {
 	return out
 }
 
-// podListWatches are the user's LIST and WATCH requests on Pods, with their scope.
-func podListWatches(events []auditEvent) (n int, clusterWide int, scopes []string) {
+// podListWatches are the user's LIST and WATCH requests on Pods, with their scope, and how many
+// of them select no label (every Pod of their scope).
+func podListWatches(events []auditEvent) (n int, unselected int, scopes []string) {
 	var ps []auditEvent
 	for _, e := range events {
 		if e.ObjectRef.APIGroup == "" && e.ObjectRef.Resource == "pods" && e.ObjectRef.Subresource == "" && (e.Verb == "list" || e.Verb == "watch") {
 			ps = append(ps, e)
-			if e.ObjectRef.Namespace == "" {
-				clusterWide++
+			if u, err := url.Parse(e.RequestURI); err != nil || u.Query().Get("labelSelector") == "" {
+				unselected++
 			}
 		}
 	}
-	return len(ps), clusterWide, countBy(ps, func(e auditEvent) string {
+	return len(ps), unselected, countBy(ps, func(e auditEvent) string {
 		ns := e.ObjectRef.Namespace
 		if ns == "" {
 			ns = "(all namespaces)"

@@ -15,6 +15,10 @@
 // (members re-mount through remount_segment), and master_ping_requests_total grows by one per
 // mounted segment per second, as each member pings once a second.
 //
+// A tenant's eviction and rejection counters (mooncake_tenant_evict_bytes_total,
+// mooncake_tenant_quota_reject_total) appear once they moved, as on the real master; Evict and
+// Reject move them, as the data path would.
+//
 // What it does not emulate: the RPC data path (keys, leases, eviction), HA, the /metrics series
 // the operator does not read beyond a representative few, and the timing of a real restart
 // (members re-mount at once here, 0.2–1.7 s on the real master).
@@ -78,6 +82,8 @@ type Fake struct {
 	policy   map[string]int64 // the in-memory ledger's explicit policies
 	file     map[string]int64 // the persisted policy file
 	charged  map[string]int64 // bytes of objects per tenant (the data path)
+	evicted  map[string]int64 // mooncake_tenant_evict_bytes_total per tenant
+	rejected map[string]int64 // mooncake_tenant_quota_reject_total{reason="quota_exceeded"}
 	segments map[string]segment
 	seq      uint64
 	mounts   uint64
@@ -103,6 +109,8 @@ func NewFake(opts FakeOptions) *Fake {
 		policy:   map[string]int64{},
 		file:     map[string]int64{},
 		charged:  map[string]int64{},
+		evicted:  map[string]int64{},
+		rejected: map[string]int64{},
 		segments: map[string]segment{},
 		now:      opts.Clock,
 	}
@@ -197,6 +205,7 @@ func (f *Fake) Restart() {
 	f.SetDown(true)
 	f.mu.Lock()
 	f.charged = map[string]int64{}
+	f.evicted, f.rejected = map[string]int64{}, map[string]int64{}
 	f.policy = clone(f.file)
 	f.mounts, f.unmounts, f.remounts = 0, 0, uint64(len(f.segments))
 	for name, s := range f.segments {
@@ -267,6 +276,24 @@ func (f *Fake) SetCharged(tenant string, bytes int64) {
 		return
 	}
 	f.charged[tenant] = bytes
+}
+
+// Evict counts bytes evicted from a tenant's own objects to admit its writes at its grant, as
+// the master's data path does (mooncake_tenant_evict_bytes_total). The charge is left to
+// SetCharged.
+func (f *Fake) Evict(tenant string, bytes int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if bytes > 0 {
+		f.evicted[tenant] += bytes
+	}
+}
+
+// Reject counts one put refused for the tenant's quota (a value larger than its grant).
+func (f *Fake) Reject(tenant string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejected[tenant]++
 }
 
 // Requests is the log of requests served, oldest first, each "METHOD path" or
@@ -761,6 +788,23 @@ func (f *Fake) metricsText() string {
 		}
 		effSum += t.EffectiveQuotaBytes
 	}
+	// The lazily created counters, in tenant order.
+	lazy := func(name, help string, by map[string]int64, extra string) {
+		ids := make([]string, 0, len(by))
+		for id := range by {
+			ids = append(ids, id)
+		}
+		if len(ids) == 0 {
+			return
+		}
+		slices.Sort(ids)
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+		for _, id := range ids {
+			fmt.Fprintf(&b, "%s{tenant_id=%s%s} %d\n", name, label(id), extra, by[id])
+		}
+	}
+	lazy("mooncake_tenant_quota_reject_total", "Total number of tenant quota admission rejects", f.rejected, `,reason="quota_exceeded"`)
+	lazy("mooncake_tenant_evict_bytes_total", "Total bytes evicted by tenant-scoped quota eviction", f.evicted, "")
 	gauge("mooncake_tenant_quota_allocatable_capacity_bytes", "Global tenant quota allocatable capacity in bytes", f.capacity())
 	gauge("mooncake_tenant_quota_requested_bytes_sum", "Global requested tenant quota sum in bytes", reqSum)
 	gauge("mooncake_tenant_quota_effective_bytes_sum", "Global effective tenant quota sum in bytes", effSum)

@@ -342,6 +342,31 @@ func TestFakeCounters(t *testing.T) {
 	assert.Equal(t, 4.0, sum())
 }
 
+// A tenant's eviction and rejection counters appear once they moved, as the master creates
+// them, and start over with a restarted master.
+func TestFakeTenantCounters(t *testing.T) {
+	ctx := context.Background()
+	f, c := newFake(t, storetest.FakeOptions{MultiTenancy: true, Tenants: map[string]int64{"team-a": mib}})
+	_, body, _ := raw(t, "GET", f.URL()+"/metrics", "")
+	assert.NotContains(t, body, "mooncake_tenant_evict_bytes_total")
+	assert.NotContains(t, body, "mooncake_tenant_quota_reject_total")
+	f.Evict("team-a", 512<<10)
+	f.Evict("team-a", 512<<10)
+	f.Reject("team-a")
+	_, body, _ = raw(t, "GET", f.URL()+"/metrics", "")
+	assert.Contains(t, body, "# TYPE mooncake_tenant_evict_bytes_total counter\nmooncake_tenant_evict_bytes_total{tenant_id=\"team-a\"} 1048576\n")
+	assert.Contains(t, body, `mooncake_tenant_quota_reject_total{tenant_id="team-a",reason="quota_exceeded"} 1`)
+	m, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, mib, m.Tenants["team-a"].EvictedBytes)
+	assert.Equal(t, 1.0, m.Tenants["team-a"].Rejected)
+	f.Restart()
+	m, err = c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, m.Tenants["team-a"].EvictedBytes)
+	assert.Zero(t, m.Tenants["team-a"].Rejected)
+}
+
 func TestNewFakeRefusesWhatTheMasterRefuses(t *testing.T) {
 	for _, seed := range []map[string]int64{{"_sys": 1}, {"a": 0}, {"": 1}, {"a\tb": 1}} {
 		assert.Panics(t, func() { storetest.NewFake(storetest.FakeOptions{MultiTenancy: true, Tenants: seed}) }, "%v", seed)

@@ -8,8 +8,11 @@ master_server_address -> master_server_addr), exactly as mc_store_rest_server do
 
 It puts PAYLOAD_BYTES bytes under KEY, reads them back, and while the client is still
 connected reads the master's segment listing from E2E_ADMIN_URL (to show that a client with
-global_segment_size 0 mounts no segment of its own). It prints one JSON line and exits 0
-unless setup itself raised; the Go test judges the figures.
+global_segment_size 0 mounts no segment of its own). With E2E_MORE=N it then puts N more
+values of the same size under KEY-1 .. KEY-N, reading each back only when E2E_READ_MORE=1 (a
+read leases the object for the master's default_kv_lease_ttl, and a leased object is not
+evicted), and reports each put's code in "more". It prints one JSON line and exits 0 unless
+setup itself raised; the Go test judges the figures.
 """
 import json
 import os
@@ -21,6 +24,8 @@ from mooncake.store import MooncakeDistributedStore
 
 KEY = os.environ.get("E2E_KEY", "e2e-key")
 PAYLOAD_BYTES = int(os.environ.get("E2E_PAYLOAD_BYTES", "1048576"))
+MORE = int(os.environ.get("E2E_MORE", "0"))
+READ_MORE = os.environ.get("E2E_READ_MORE") == "1"
 
 cfg = MooncakeConfig.load_from_env()
 setup_args = {
@@ -46,5 +51,10 @@ if result["setup"] == 0:
     if admin:
         with urllib.request.urlopen(admin + "/get_segments_detail", timeout=5) as r:
             result["segments_while_connected"] = json.load(r)
+    result["more"] = []
+    for i in range(1, MORE + 1):
+        result["more"].append(store.put(f"{KEY}-{i}", payload))
+        if READ_MORE:
+            store.get(f"{KEY}-{i}")
     store.close()
 print(json.dumps(result), flush=True)

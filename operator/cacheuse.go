@@ -1,0 +1,310 @@
+package operator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/rules"
+)
+
+// DefaultCacheInUseWindow is how long Pods that use a tenant must have been Ready with no write
+// under it before CacheInUse (and a ModelDeployment's CacheAttached) turns False. An engine
+// writes its first blocks with its first requests; a window shorter than the time to the first
+// request would report an idle service as broken.
+const DefaultCacheInUseWindow = 5 * time.Minute
+
+// CacheInUseWindowOr is d, or DefaultCacheInUseWindow when d is zero.
+func CacheInUseWindowOr(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultCacheInUseWindow
+	}
+	return d
+}
+
+// maxNamedPods bounds the Pods a message names; the rest are counted.
+const maxNamedPods = 5
+
+// PodUse is one Pod that uses a tenant: an injected Pod whose record names the Binding, or a
+// Pod of a ModelDeployment attached through it.
+type PodUse struct {
+	Namespace, Name string
+	// Engine runs in the Pod; the zero value when unknown.
+	Engine engines.Engine
+	// EngineVersion is the engine release, when known (a ModelDeployment's spec, an image tag).
+	EngineVersion string
+	Ready         bool
+	// ReadySince is when the Pod last became Ready.
+	ReadySince time.Time
+}
+
+// CacheUseInput is what the CacheInUse verdict is decided from.
+type CacheUseInput struct {
+	Now    time.Time
+	Window time.Duration
+	// Tenant is the Binding's domain; Backend the KVCacheBackend whose master holds it, and
+	// StoreImage the image that master runs ("" when unknown, as for an external store).
+	Tenant, Backend, StoreImage string
+	Pods                        []PodUse
+	// NoLedger: the store keeps no tenant ledger, so it reports nothing per tenant.
+	NoLedger bool
+	// Observed: the master's per-tenant figures were read by this reconcile.
+	Observed bool
+	// Activity is what the reads so far showed of the tenant's writes.
+	Activity Activity
+	// DefaultWrites: the master holds objects (or evicted some) under the tenant default, and
+	// Tenant is another one.
+	DefaultWrites bool
+	// Prev is the condition as status has it now (nil when absent).
+	Prev *metav1.Condition
+}
+
+// Verdict is a computed condition. Keep means "leave the condition as it is": nothing new
+// is known (the store was not read, or the window has not passed since the Pods started).
+type Verdict struct {
+	Keep    bool
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+	// RecheckAfter is when the verdict can change without any event (the window ends).
+	RecheckAfter time.Duration
+}
+
+// Reasons of CacheInUse and CacheAttached.
+const (
+	ReasonNoPods          = "NoPods"
+	ReasonNoPodReady      = "NoPodReady"
+	ReasonNoTenantFigures = "NoTenantFigures"
+	ReasonNotObserved     = "NotObserved"
+	ReasonAwaitingWrites  = "AwaitingWrites"
+	ReasonWritesObserved  = "WritesObserved"
+	ReasonNoWrites        = "NoWrites"
+)
+
+// CacheUse decides whether a tenant is written by the Pods that use it: True once a write
+// under the tenant was seen after the first of the Ready Pods became Ready; False when the
+// Pods have been Ready for the window, watched all along, and none was seen; Unknown (never
+// False) while no Pod uses it or none is Ready. The message moves only when the Pods do, never
+// with the figures, so a store whose usage changes every poll does not rewrite status.
+func CacheUse(in CacheUseInput) Verdict {
+	if len(in.Pods) == 0 {
+		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNoPods,
+			Message: "no Pod uses this tenant: none carries an injection record naming the Binding, and no ModelDeployment attached through it has Pods"}
+	}
+	// By name, so the Pod a check names is the same one every time.
+	var ready []PodUse
+	for _, p := range in.Pods {
+		if p.Ready {
+			ready = append(ready, p)
+		}
+	}
+	sort.Slice(ready, func(i, j int) bool {
+		return ready[i].Namespace+"/"+ready[i].Name < ready[j].Namespace+"/"+ready[j].Name
+	})
+	if len(ready) == 0 {
+		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNoPodReady,
+			Message: fmt.Sprintf("%s %s tenant %s and none is Ready yet, so nothing can write", podList(in.Pods), plural(len(in.Pods), "uses", "use"), in.Tenant)}
+	}
+	if in.NoLedger {
+		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNoTenantFigures,
+			Message: fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger, so its master reports no writes per tenant: whether %s %s cannot be observed", in.Backend, podList(ready), plural(len(ready), "writes", "write"))}
+	}
+	// Only a verdict is kept while nothing new is known; an Unknown about the Pods (none, none
+	// Ready) is recomputed from the Pods there are now.
+	verdict := in.Prev != nil && (in.Prev.Reason == ReasonWritesObserved || in.Prev.Reason == ReasonNoWrites)
+	if !in.Observed {
+		if verdict {
+			return Verdict{Keep: true}
+		}
+		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNotObserved,
+			Message: fmt.Sprintf("the master of KVCacheBackend %s has not been read yet, so writes under tenant %s are not known", in.Backend, in.Tenant)}
+	}
+	earliest := in.Now
+	for _, p := range ready {
+		if !p.ReadySince.IsZero() && p.ReadySince.Before(earliest) {
+			earliest = p.ReadySince
+		}
+	}
+	// A True condition is itself evidence of a write at its transition: it survives a restart
+	// of the manager, whose first read is only a baseline.
+	written := in.Activity.LastWrite
+	if p := in.Prev; p != nil && p.Status == metav1.ConditionTrue && p.LastTransitionTime.After(written) {
+		written = p.LastTransitionTime.Time
+	}
+	if !written.IsZero() && !written.Before(earliest.Truncate(time.Second)) {
+		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonWritesObserved,
+			Message: fmt.Sprintf("the master of KVCacheBackend %s saw writes under tenant %s after the Pods using it became Ready", in.Backend, in.Tenant)}
+	}
+	watchedFrom := earliest
+	if in.Activity.Since.After(watchedFrom) {
+		watchedFrom = in.Activity.Since
+	}
+	if left := watchedFrom.Add(in.Window).Sub(in.Now); left > 0 {
+		if verdict {
+			return Verdict{Keep: true, RecheckAfter: left}
+		}
+		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonAwaitingWrites, RecheckAfter: left,
+			Message: fmt.Sprintf("no write under tenant %s seen yet; %s %s been Ready and watched since %s: without a write within %s of that this turns False",
+				in.Tenant, podList(ready), plural(len(ready), "has", "have"), watchedFrom.UTC().Format(time.RFC3339), in.Window)}
+	}
+	return Verdict{Status: metav1.ConditionFalse, Reason: ReasonNoWrites, Message: noWritesMessage(in, ready)}
+}
+
+// noWritesMessage names the Pods and the checks that fit their engines.
+func noWritesMessage(in CacheUseInput, ready []PodUse) string {
+	var checks []string
+	seen := map[string]bool{}
+	for _, p := range ready {
+		id := p.Engine.ID
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		switch id {
+		case engines.VLLM.ID:
+			checks = append(checks, fmt.Sprintf(`that the image has the reader of the injected file: kubectl -n %s exec %s -- python3 -c "import vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker" (an ImportError means nothing reads it: the engine runs with no cache at all)`, p.Namespace, p.Name))
+		case engines.VLLMAscend.ID:
+			checks = append(checks, "vLLM-Ascend's Mooncake backend never passes the tenant to the store: its writes go to the tenant default, which needs a KVCachePoolBinding whose domain is default")
+		case engines.SGLang.ID:
+			checks = append(checks, fmt.Sprintf(`that the image has SGLang's Mooncake store: kubectl -n %s exec %s -- python3 -c "import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store"`, p.Namespace, p.Name))
+		}
+	}
+	if in.Tenant != kvv1.DefaultDomainName {
+		if in.DefaultWrites {
+			checks = append(checks, fmt.Sprintf("the master holds writes under the tenant default instead: an engine that ignores the injected tenant (%s) writes there", in.Tenant))
+		} else {
+			checks = append(checks, "whether the engine ignores the injected tenant: it then writes under the tenant default, which this master refuses (TENANT_NOT_REGISTERED) unless a Binding registers the domain default")
+		}
+	}
+	checks = append(checks, versionChecks(in, ready)...)
+	return fmt.Sprintf("no write under tenant %s reached the master of KVCacheBackend %s while %s %s been Ready for %s or longer: the configuration is in place, yet the engine caches nothing. Check %s",
+		in.Tenant, in.Backend, podList(ready), plural(len(ready), "has", "have"), in.Window, strings.Join(checks, "; "))
+}
+
+// versionChecks says when an engine release bundles a Mooncake client on another line than the
+// master, and otherwise what to compare.
+func versionChecks(in CacheUseInput, ready []PodUse) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range ready {
+		k := p.Engine.ID + "@" + p.EngineVersion
+		if p.Engine.ID == "" || p.EngineVersion == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		if w := rules.VersionSkew(p.Engine, p.EngineVersion, in.Backend, in.StoreImage); w != "" {
+			out = append(out, w)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	line, ok := engines.MooncakeLine(engines.ImageTag(in.StoreImage))
+	if !ok {
+		return []string{"that the engine's bundled Mooncake client is on the master's Mooncake line: a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900)"}
+	}
+	return []string{fmt.Sprintf("that the engine's bundled Mooncake client is on the master's line (Mooncake %s, image %s): a client on another line starts healthy and then fails every write with RPC_FAIL (-900)", line, in.StoreImage)}
+}
+
+// podList names Pods, a bounded number of them, then counts the rest: "Pods a, b and 3 more".
+func podList(pods []PodUse) string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	sort.Strings(names)
+	noun := "Pod"
+	if len(names) > 1 {
+		noun = "Pods"
+	}
+	if len(names) > maxNamedPods {
+		return fmt.Sprintf("%d %s (%s and %d more)", len(names), noun, strings.Join(names[:maxNamedPods], ", "), len(names)-maxNamedPods)
+	}
+	return fmt.Sprintf("%s %s", noun, strings.Join(names, ", "))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// EvictionInput is what EvictingOwnObjects is decided from.
+type EvictionInput struct {
+	Now time.Time
+	// Hold is how long after the last eviction seen the condition stays True: evictions come
+	// in bursts with the writes that cause them, and a condition that followed each poll would
+	// flap.
+	Hold     time.Duration
+	Tenant   string
+	Grant    *resource.Quantity
+	NoLedger bool
+	Observed bool
+	Activity Activity
+	// Prev is the condition as status has it now (nil when absent).
+	Prev *metav1.Condition
+}
+
+// Reasons of EvictingOwnObjects.
+const (
+	ReasonAtGrant       = "AtGrant"
+	ReasonWritesRefused = "WritesRefused"
+	ReasonNotEvicting   = "NotEvicting"
+)
+
+// Eviction decides EvictingOwnObjects: True while the domain is at its grant, seen within the
+// hold as evictions of its own objects (reason AtGrant) or, worse, as writes the store refused
+// for the quota (reason WritesRefused: at the grant the master evicts only objects nobody read
+// within default_kv_lease_ttl, so a domain whose objects are all being read has its new writes
+// refused with TENANT_QUOTA_EXCEEDED, -1700; so is a value larger than the grant). False
+// otherwise. ok is false when the condition should not be set: the store keeps no ledger
+// (nothing per tenant), or it was not read (keep what status says).
+func Eviction(in EvictionInput) (v Verdict, ok bool) {
+	if in.NoLedger || !in.Observed {
+		return Verdict{Keep: !in.NoLedger}, false
+	}
+	within := func(t time.Time) bool { return !t.IsZero() && in.Now.Sub(t) < in.Hold }
+	a := in.Activity
+	if a.LastEviction.IsZero() && a.LastRejection.IsZero() && in.Prev != nil && in.Prev.Status == metav1.ConditionTrue && in.Now.Sub(a.Since) < in.Hold {
+		// Watched for less than the hold (a restarted manager): evictions may go on unseen.
+		return Verdict{Keep: true}, false
+	}
+	grant := "its grant"
+	if in.Grant != nil {
+		grant = "its grant of " + in.Grant.String()
+	}
+	const advice = "a ceiling is not a reservation. Raise spec.quota.ceiling (up to the pool's total), or the capacity behind the pool (grants are cut in proportion while ceilings oversubscribe the store), or accept it"
+	switch {
+	case within(a.LastRejection):
+		last := a.LastRejection
+		if a.LastEviction.After(last) {
+			last = a.LastEviction
+		}
+		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonWritesRefused, RecheckAfter: in.Hold - in.Now.Sub(last),
+			Message: fmt.Sprintf("tenant %s is at %s and the store refuses some of its writes (TENANT_QUOTA_EXCEEDED, -1700): at the grant it evicts only the domain's objects nobody read within the master's default_kv_lease_ttl, and a value larger than the grant never fits; %s",
+				in.Tenant, grant, advice)}, true
+	case within(a.LastEviction):
+		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonAtGrant, RecheckAfter: in.Hold - in.Now.Sub(a.LastEviction),
+			Message: fmt.Sprintf("tenant %s is at %s, so the store evicts the domain's own older objects to admit its new writes (status.evicted counts the bytes): going over the grant does not fail a write, and %s",
+				in.Tenant, grant, advice)}, true
+	}
+	return Verdict{Status: metav1.ConditionFalse, Reason: ReasonNotEvicting,
+		Message: fmt.Sprintf("the store evicted none of tenant %s's objects and refused none of its writes within the last %s: its writes fit its grant", in.Tenant, in.Hold)}, true
+}
+
+// EngineByID is the engine whose ID (vllm, sglang, vllm-ascend) is id.
+func EngineByID(id string) (engines.Engine, bool) {
+	for _, e := range engines.All() {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return engines.Engine{}, false
+}

@@ -1,0 +1,121 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/injection"
+)
+
+// InjectedBindingField indexes opted-in Pods by the Binding their injection record names, as
+// "<namespace>/<name>". The manager's cache holds opted-in Pods only (and the stores' own), so
+// a Binding's Pods are found without reading any other Pod.
+const InjectedBindingField = "kvcache.gpustack.ai/injected-binding"
+
+// IndexPodsByInjectedBinding registers InjectedBindingField with a cache.
+func IndexPodsByInjectedBinding(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &corev1.Pod{}, InjectedBindingField, func(o client.Object) []string {
+		if b := injectedBinding(o.(*corev1.Pod)); b != "" {
+			return []string{o.GetNamespace() + "/" + b}
+		}
+		return nil
+	})
+}
+
+// injectedBinding is the Binding an opted-in Pod's injection record names ("" for any other).
+func injectedBinding(p *corev1.Pod) string {
+	if p.Labels[injection.LabelInject] != "true" {
+		return ""
+	}
+	var rec injection.Record
+	if json.Unmarshal([]byte(p.Annotations[injection.AnnotationInjected]), &rec) != nil {
+		return ""
+	}
+	return rec.Binding
+}
+
+// InjectedPods lists the running Pods injected through Binding namespace/name.
+func InjectedPods(ctx context.Context, r client.Reader, namespace, name string) ([]corev1.Pod, error) {
+	l := &corev1.PodList{}
+	if err := r.List(ctx, l, client.InNamespace(namespace), client.MatchingFields{InjectedBindingField: namespace + "/" + name}); err != nil {
+		return nil, err
+	}
+	return running(l.Items), nil
+}
+
+// DeploymentPods lists the running Pods rendered for a ModelDeployment.
+func DeploymentPods(ctx context.Context, r client.Reader, md *kvv1.ModelDeployment) ([]corev1.Pod, error) {
+	l := &corev1.PodList{}
+	if err := r.List(ctx, l, client.InNamespace(md.Namespace), client.MatchingLabels{injection.LabelModelDeployment: md.Name}); err != nil {
+		return nil, err
+	}
+	return running(l.Items), nil
+}
+
+// running drops Pods that are going or gone: being deleted, or finished.
+func running(pods []corev1.Pod) []corev1.Pod {
+	out := pods[:0]
+	for _, p := range pods {
+		if p.DeletionTimestamp.IsZero() && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// InjectedUse describes an injected Pod: its engine from the injection record, the engine's
+// release from its container's image tag when that names one this project measured.
+func InjectedUse(p *corev1.Pod) PodUse {
+	u := podUse(p)
+	var rec injection.Record
+	if json.Unmarshal([]byte(p.Annotations[injection.AnnotationInjected]), &rec) == nil {
+		u.Engine, _ = EngineByID(rec.Engine)
+	}
+	if c := engineContainer(p); c != nil && u.Engine.ID != "" {
+		if tag := strings.TrimPrefix(engines.ImageTag(c.Image), "v"); tag != "" {
+			if _, known := u.Engine.BundledClient(tag); known {
+				u.EngineVersion = tag
+			}
+		}
+	}
+	return u
+}
+
+// DeploymentUse describes a Pod rendered for a ModelDeployment, whose engine and release the
+// ModelDeployment declares.
+func DeploymentUse(p *corev1.Pod, e engines.Engine, version string) PodUse {
+	u := podUse(p)
+	u.Engine, u.EngineVersion = e, version
+	return u
+}
+
+func podUse(p *corev1.Pod) PodUse {
+	u := PodUse{Namespace: p.Namespace, Name: p.Name}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			u.Ready, u.ReadySince = true, c.LastTransitionTime.Time
+		}
+	}
+	if u.Ready && u.ReadySince.IsZero() {
+		u.ReadySince = p.CreationTimestamp.Time
+	}
+	return u
+}
+
+// engineContainer is the container injection wrote into: the one the container annotation
+// names, or the only one.
+func engineContainer(p *corev1.Pod) *corev1.Container {
+	name := p.Annotations[injection.AnnotationContainer]
+	for i := range p.Spec.Containers {
+		if name == "" && len(p.Spec.Containers) == 1 || p.Spec.Containers[i].Name == name {
+			return &p.Spec.Containers[i]
+		}
+	}
+	return nil
+}
