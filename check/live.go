@@ -400,31 +400,61 @@ func (l *live) backends(ctx context.Context) error {
 	return nil
 }
 
-// members compares the nodes each group selects with the members the store lists.
+// members compares the nodes each group selects with the members the store lists, and names
+// the selected nodes none of whose members registered.
 func (l *live) members(object string, b *kvv1.KVCacheBackend, nodes []corev1.Node) {
+	// A segment the operator could not match to a Pod has no node: then which node lacks a
+	// member is not known, only how many.
+	registered, unmatched := map[string]bool{}, 0
+	for _, m := range b.Status.Members {
+		registered[m.Node] = true
+		if m.Node == "" {
+			unmatched++
+		}
+	}
 	want := 0
+	var missing []string
 	for _, g := range b.Spec.Connection.Managed.Members {
 		sel := labels.SelectorFromSet(g.NodeSelector)
 		for _, n := range nodes {
 			if sel.Matches(labels.Set(n.Labels)) && !n.Spec.Unschedulable {
 				want++
+				if !registered[n.Name] {
+					missing = append(missing, n.Name)
+				}
 			}
 		}
 	}
 	got := len(b.Status.Members)
+	if unmatched > 0 {
+		missing = nil
+	}
 	cond := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionMembersMounted)
 	switch {
 	case want == 0:
 		l.r.fail("backend.members", object, "No schedulable node matches any member group's nodeSelector, so no member runs and the store has no memory.", "fix spec.connection.managed.members[].nodeSelector, or label the nodes that should contribute.")
-	case got < want:
-		msg := fmt.Sprintf("%d of the %d nodes the member groups select have a member registered with the store.", got, want)
+	case got < want || len(missing) > 0:
+		sort.Strings(missing)
+		msg := fmt.Sprintf("%d of the %d nodes the member groups select have a member registered with the store", got, want)
+		if len(missing) > 0 {
+			msg += "; none on " + boundedList(missing, 5)
+		}
+		msg += "."
 		if cond != nil && cond.Status != metav1.ConditionTrue {
 			msg += " " + sentence(cond.Message)
 		}
-		l.r.fail("backend.members", object, msg, fmt.Sprintf("kubectl -n %s get pods -l app.kubernetes.io/instance=%s -o wide shows which member Pods are not Running.", l.o.SystemNamespace, b.Name))
+		l.r.fail("backend.members", object, msg, fmt.Sprintf("kubectl -n %s get pods -l app.kubernetes.io/instance=%s -o wide shows which member Pods are not Running; a Running one's log says why it did not register.", l.o.SystemNamespace, b.Name))
 	default:
 		l.r.pass("backend.members", object, fmt.Sprintf("%d members registered, one per selected node.", got))
 	}
+}
+
+// boundedList joins names, at most n of them, then counts the rest.
+func boundedList(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
 // bindings: each Binding's tenant is granted in the ledger, its domain its own, and its cache in

@@ -42,6 +42,9 @@ type PodUse struct {
 	Ready         bool
 	// ReadySince is when the Pod last became Ready.
 	ReadySince time.Time
+	// Created is when the Pod was created: an engine may write while it warms up, before it
+	// reports Ready.
+	Created time.Time
 }
 
 // CacheUseInput is what the CacheInUse verdict is decided from.
@@ -88,7 +91,7 @@ const (
 )
 
 // CacheUse decides whether a tenant is written by the Pods that use it: True once a write
-// under the tenant was seen after the first of the Ready Pods became Ready; False when the
+// under the tenant was seen after the first of its Pods was created; False when the
 // Pods have been Ready for the window, watched all along, and none was seen; Unknown (never
 // False) while no Pod uses it or none is Ready. The message moves only when the Pods do, never
 // with the figures, so a store whose usage changes every poll does not rewrite status.
@@ -131,15 +134,27 @@ func CacheUse(in CacheUseInput) Verdict {
 			earliest = p.ReadySince
 		}
 	}
+	// A write counts from the first of the Pods' creation: an engine may write while it warms
+	// up, before its readiness probe passes (and the read that sees it may fall in between).
+	started := earliest
+	for _, p := range in.Pods {
+		c := p.Created
+		if c.IsZero() {
+			c = p.ReadySince
+		}
+		if !c.IsZero() && c.Before(started) {
+			started = c
+		}
+	}
 	// A True condition is itself evidence of a write at its transition: it survives a restart
 	// of the manager, whose first read is only a baseline.
 	written := in.Activity.LastWrite
 	if p := in.Prev; p != nil && p.Status == metav1.ConditionTrue && p.LastTransitionTime.After(written) {
 		written = p.LastTransitionTime.Time
 	}
-	if !written.IsZero() && !written.Before(earliest.Truncate(time.Second)) {
+	if !written.IsZero() && !written.Before(started.Truncate(time.Second)) {
 		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonWritesObserved,
-			Message: fmt.Sprintf("the master of KVCacheBackend %s saw writes under tenant %s after the Pods using it became Ready", in.Backend, in.Tenant)}
+			Message: fmt.Sprintf("the master of KVCacheBackend %s saw writes under tenant %s while Pods using it run", in.Backend, in.Tenant)}
 	}
 	watchedFrom := earliest
 	if in.Activity.Since.After(watchedFrom) {

@@ -51,9 +51,14 @@ func TestCacheUse(t *testing.T) {
 			message: "KVCacheBackend mooncake-dram keeps no tenant ledger, so its master reports no writes per tenant: whether Pod vllm-0 writes cannot be observed"},
 		{name: "a write after the Pods became Ready: True", edit: func(in *CacheUseInput) { in.Activity.LastWrite = t0.Add(time.Minute) },
 			status: metav1.ConditionTrue, reason: ReasonWritesObserved,
-			message: "the master of KVCacheBackend mooncake-dram saw writes under tenant team-a-chat after the Pods using it became Ready"},
-		{name: "a write only before the Pods became Ready does not count", edit: func(in *CacheUseInput) { in.Activity.LastWrite = t0.Add(-time.Minute) },
+			message: "the master of KVCacheBackend mooncake-dram saw writes under tenant team-a-chat while Pods using it run"},
+		{name: "a write from before the Pods were created does not count", edit: func(in *CacheUseInput) { in.Activity.LastWrite = t0.Add(-time.Minute) },
 			status: metav1.ConditionFalse, reason: ReasonNoWrites},
+		{name: "a write while the Pod warms up, before it is Ready, counts", edit: func(in *CacheUseInput) {
+			in.Pods[0].Created = t0.Add(-2 * time.Minute)
+			in.Activity.LastWrite = t0.Add(-time.Minute)
+		}, status: metav1.ConditionTrue, reason: ReasonWritesObserved,
+			message: "the master of KVCacheBackend mooncake-dram saw writes under tenant team-a-chat while Pods using it run"},
 		{name: "Ready for the window with no write: False, naming the Pod and the vLLM reader check", edit: func(in *CacheUseInput) {},
 			status: metav1.ConditionFalse, reason: ReasonNoWrites,
 			message: `no write under tenant team-a-chat reached the master of KVCacheBackend mooncake-dram while Pod vllm-0 has been Ready for 5m0s or longer: the configuration is in place, yet the engine caches nothing. Check that the image has the reader of the injected file: kubectl -n team-a exec vllm-0 -- python3 -c "import vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker" (an ImportError means nothing reads it: the engine runs with no cache at all); whether the engine ignores the injected tenant: it then writes under the tenant default, which this master refuses (TENANT_NOT_REGISTERED) unless a Binding registers the domain default; that the engine's bundled Mooncake client is on the master's line (Mooncake 0.3.13, image gpustack/mirrored-mooncake:0.3.13.post1-cpu): a client on another line starts healthy and then fails every write with RPC_FAIL (-900)`},

@@ -96,7 +96,7 @@ func DeploymentUse(p *corev1.Pod, e engines.Engine, version string) PodUse {
 }
 
 func podUse(p *corev1.Pod) PodUse {
-	u := PodUse{Namespace: p.Namespace, Name: p.Name}
+	u := PodUse{Namespace: p.Namespace, Name: p.Name, Created: p.CreationTimestamp.Time}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			u.Ready, u.ReadySince = true, c.LastTransitionTime.Time

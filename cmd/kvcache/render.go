@@ -124,7 +124,6 @@ func renderAll(r *generator.Renderer, in *apiInput, ns, operatorImage string) ([
 func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]generator.Object, error) {
 	ctx := context.Background()
 	lookup := injection.NewStaticLookup(in.backends, in.pools, in.bindings, in.settings, ns, r.Defaults())
-	dtypeOwned, _ := lookup.DtypeOwned(ctx)
 	types := map[string]*kvv1.InstanceType{}
 	for i := range in.types {
 		types[in.types[i].Name] = &in.types[i]
@@ -132,18 +131,9 @@ func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]g
 	var all []generator.Object
 	for i := range in.models {
 		md := &in.models[i]
-		mi := generator.ModelDeploymentInput{Deployment: md, InstanceTypes: types}
-		if md.Spec.KVCache != nil {
-			var it *kvv1.InstanceType
-			if len(md.Spec.Roles) > 0 {
-				it = types[md.Spec.Roles[0].InstanceType]
-			}
-			att, rf := injection.Resolve(ctx, lookup, md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it), injection.NamedByPoolRef)
-			if rf != nil {
-				return nil, fmt.Errorf("ModelDeployment %s/%s: spec.kvCache.poolRef.name: %s", md.Namespace, md.Name, rf.Message)
-			}
-			c := att.CacheInput(dtypeOwned)
-			mi.Cache = &c
+		mi, _, rf := injection.ModelDeploymentInput(ctx, lookup, md, types)
+		if rf != nil {
+			return nil, fmt.Errorf("ModelDeployment %s/%s: spec.kvCache.poolRef.name: %s", md.Namespace, md.Name, rf.Message)
 		}
 		objs, err := r.RenderModelDeployment(mi)
 		if err != nil {

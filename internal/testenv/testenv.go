@@ -4,8 +4,10 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -87,4 +89,17 @@ func StartForTest(t testing.TB, purpose string, opts ...func(*envtest.Environmen
 		}
 	})
 	return env
+}
+
+// BuildKvcache builds the kvcache binary into dir as the operator image ships it (static,
+// CGO off) and returns its path: suites run the real CLI and manager, not an in-process copy.
+func BuildKvcache(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "kvcache")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kvcache")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/kvcache: %w\n%s", err, b)
+	}
+	return out, nil
 }

@@ -126,6 +126,7 @@ func (r *Reconciler) byInstanceType(ctx context.Context, o client.Object) []reco
 // state is what one reconcile learned.
 type state struct {
 	md         *kvv1.ModelDeployment
+	input      generator.ModelDeploymentInput
 	attachment *injection.Attachment
 	refusal    *injection.Refusal
 	renderErr  error
@@ -187,21 +188,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{}, nil
 }
 
-// resolveCache follows spec.kvCache to the store as injection does.
+// resolveCache reads the InstanceTypes the roles name and follows spec.kvCache to the store,
+// through the one resolution `kvcache render` runs too (injection.ModelDeploymentInput).
 func (r *Reconciler) resolveCache(ctx context.Context, s *state) error {
-	md := s.md
-	if md.Spec.KVCache == nil {
-		return nil
+	types := map[string]*kvv1.InstanceType{}
+	for _, role := range s.md.Spec.Roles {
+		if role.InstanceType == "" || types[role.InstanceType] != nil {
+			continue
+		}
+		it, err := r.instanceType(ctx, role.InstanceType)
+		if err != nil {
+			return err
+		}
+		if it != nil {
+			types[role.InstanceType] = it
+		}
 	}
-	it, err := r.instanceType(ctx, md.Spec.Roles[0].InstanceType)
-	if err != nil {
-		return err
-	}
-	att, rf := injection.Resolve(ctx, r.lookup(), md.Namespace, md.Spec.KVCache.PoolRef.Name, generator.EngineFor(md, it), injection.NamedByPoolRef)
+	in, att, rf := injection.ModelDeploymentInput(ctx, r.lookup(), s.md, types)
 	if rf != nil && rf.Reason == injection.ReasonLookupFailed {
 		return errors.New(rf.Message)
 	}
-	s.attachment, s.refusal = &att, rf
+	s.input, s.attachment, s.refusal = in, att, rf
 	return nil
 }
 
@@ -227,33 +234,10 @@ func (r *Reconciler) instanceType(ctx context.Context, name string) (*kvv1.Insta
 // attached keeps what runs (it is not re-rendered without its cache), and one that cannot be
 // rendered says why.
 func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
-	md := s.md
 	if !s.attachable() {
 		return nil
 	}
-	types := map[string]*kvv1.InstanceType{}
-	for _, role := range md.Spec.Roles {
-		if role.InstanceType == "" {
-			continue
-		}
-		it, err := r.instanceType(ctx, role.InstanceType)
-		if err != nil {
-			return err
-		}
-		if it != nil {
-			types[role.InstanceType] = it
-		}
-	}
-	in := generator.ModelDeploymentInput{Deployment: md, InstanceTypes: types}
-	if s.attachment != nil {
-		owned, err := r.lookup().DtypeOwned(ctx)
-		if err != nil {
-			return err
-		}
-		c := s.attachment.CacheInput(owned)
-		in.Cache = &c
-	}
-	s.rendered, s.renderErr = r.Renderer.RenderModelDeployment(in)
+	s.rendered, s.renderErr = r.Renderer.RenderModelDeployment(s.input)
 	if !s.renderable() {
 		return nil
 	}

@@ -137,8 +137,8 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-kvcache-operator"}, d))
 	container := d.Spec.Template.Spec.Containers[0]
 	require.Equal(t, []string{"kvcache"}, container.Command)
-	bin := filepath.Join(dir, "kvcache")
-	run(t, "go", "build", "-o", bin, filepath.Join(testenv.RepoRoot(), "cmd", "kvcache"))
+	bin, err := testenv.BuildKvcache(t.Context(), dir)
+	require.NoError(t, err)
 	sa := kubeconfigFor(t, env, envtest.User{Name: serviceAccount, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}})
 	mgr := startManager(t, bin, dir, sa, port, container.Args)
 

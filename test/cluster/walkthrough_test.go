@@ -493,6 +493,12 @@ func (w *walk) inject(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%+v", ts)
 	})
+	// And the operator, reading the master, says the Binding's tenant is written by its Pods.
+	eventually(t, time.Minute, 500*time.Millisecond, "the Binding's CacheInUse True", func() (bool, string) {
+		var bnd kvv1.KVCachePoolBinding
+		require.NoError(t, env.kube.Get(ctx, client.ObjectKey{Namespace: bindingNS, Name: bindingName}, &bnd))
+		return condTrue(bnd.Status.Conditions, kvv1.ConditionCacheInUse), fmt.Sprintf("%+v", bnd.Status.Conditions)
+	})
 
 	// An unlabelled Pod is untouched.
 	plain := labelledPod("unlabelled", bindingName, "1")

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,16 +41,12 @@ func startEnvtest(t *testing.T) *testenv.Env {
 	return testenv.StartForTest(t, "the failover test")
 }
 
-// buildKvcache builds the kvcache binary as the operator image ships it (static, CGO off).
+// buildKvcache builds the kvcache binary as the operator image ships it.
 func buildKvcache(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "kvcache")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", out, "./cmd/kvcache")
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build ./cmd/kvcache:\n%s", b)
-	return out
+	bin, err := testenv.BuildKvcache(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	return bin
 }
 
 // renderedStore is what the operator renders for the test's backend.

@@ -3,6 +3,11 @@ package operator_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,10 +24,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/internal/testenv"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
@@ -103,6 +111,23 @@ func TestModelDeploymentAttachesThroughItsBinding(t *testing.T) {
 	assert.Equal(t, []string{"serve", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000", "--kv-transfer-config", `{"kv_connector":"MooncakeStoreConnector","kv_role":"kv_both"}`, "--kv-cache-dtype", "bfloat16"}, c.Args)
 	assert.Contains(t, d.Spec.Template.Annotations["kvcache.gpustack.ai/client-config"], `"tenant_id":"team-a-chat"`)
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-server"}, &corev1.Service{}))
+	// `kvcache render` over the same objects, as read from the cluster, prints what was applied.
+	cli := renderedByCLI(t, get(t, md), get(t, &kvv1.KVCachePoolBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "chat"}}),
+		get(t, &kvv1.KVCachePool{ObjectMeta: metav1.ObjectMeta{Name: "md-pool"}}), get(t, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "md-store"}}))
+	printed, ok := cli["Deployment/team-a/qwen-chat-server"]
+	require.True(t, ok, "kvcache render prints the role's Deployment: %v", keys(cli))
+	var pd appsv1.Deployment
+	require.NoError(t, sigsyaml.Unmarshal(printed, &pd))
+	assert.Equal(t, pd.Spec.Template.Annotations, d.Spec.Template.Annotations, "the injected configuration")
+	assert.Equal(t, pd.Spec.Template.Labels, d.Spec.Template.Labels)
+	require.Len(t, pd.Spec.Template.Spec.Containers, len(d.Spec.Template.Spec.Containers))
+	for i, pc := range pd.Spec.Template.Spec.Containers {
+		lc := d.Spec.Template.Spec.Containers[i]
+		assert.Equal(t, pc.Image, lc.Image, pc.Name)
+		assert.Equal(t, pc.Args, lc.Args, pc.Name)
+		assert.Equal(t, pc.Env, lc.Env, pc.Name)
+		assert.Equal(t, pc.VolumeMounts, lc.VolumeMounts, pc.Name)
+	}
 	eventuallyBinding(t, "team-a", "chat", "usedBy lists the deployment", func(b *kvv1.KVCachePoolBinding) bool {
 		return len(b.Status.UsedBy) == 1 && b.Status.UsedBy[0].Name == "qwen-chat"
 	})
@@ -132,7 +157,7 @@ func TestModelDeploymentAttachesThroughItsBinding(t *testing.T) {
 		return condition(md.Status.Conditions, kvv1.ConditionCacheAttached).Status == metav1.ConditionTrue
 	})
 	assert.Equal(t, "WritesObserved", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Reason)
-	assert.Equal(t, "the master of KVCacheBackend md-store saw writes under tenant team-a-chat after the Pods using it became Ready", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
+	assert.Equal(t, "the master of KVCacheBackend md-store saw writes under tenant team-a-chat while Pods using it run", condition(got.Status.Conditions, kvv1.ConditionCacheAttached).Message)
 
 	// Steady: the roles read back as applied, and a reconcile that knows nothing new of the
 	// tenant (a restarted manager) keeps the verdict: it writes nothing.
@@ -205,4 +230,51 @@ func renderedPodCache(t *testing.T) cache.Cache {
 	go func() { _ = c.Start(ctx) }()
 	require.True(t, c.WaitForCacheSync(ctx))
 	return c
+}
+
+// renderedByCLI runs the real `kvcache render -f` over objs (written as a user would save them
+// with kubectl get -o yaml) and returns the printed objects by kind/namespace/name.
+func renderedByCLI(t *testing.T, objs ...client.Object) map[string][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	bin, err := testenv.BuildKvcache(t.Context(), dir)
+	require.NoError(t, err)
+	var docs []string
+	for _, o := range objs {
+		gvk, err := apiutil.GVKForObject(o, env.Client.Scheme())
+		require.NoError(t, err)
+		o.GetObjectKind().SetGroupVersionKind(gvk)
+		o.SetManagedFields(nil)
+		b, err := sigsyaml.Marshal(o)
+		require.NoError(t, err)
+		docs = append(docs, string(b))
+	}
+	file := filepath.Join(dir, "objects.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o600))
+	cmd := exec.Command(bin, "render", "-f", file, "--system-namespace", systemNamespace)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "kvcache render: %s", stderr.String())
+	printed := map[string][]byte{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var meta struct {
+			Kind     string            `json:"kind"`
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		require.NoError(t, sigsyaml.Unmarshal([]byte(doc), &meta))
+		if meta.Kind != "" {
+			printed[meta.Kind+"/"+meta.Metadata.Namespace+"/"+meta.Metadata.Name] = []byte(doc)
+		}
+	}
+	return printed
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -155,7 +155,7 @@ func TestBindingReportsHowItsTenantIsUsed(t *testing.T) {
 	b = eventuallyBinding(t, "team-a", "use", "CacheInUse True", func(b *kvv1.KVCachePoolBinding) bool {
 		return condition(b.Status.Conditions, kvv1.ConditionCacheInUse).Status == metav1.ConditionTrue
 	})
-	assert.Equal(t, "the master of KVCacheBackend use-store saw writes under tenant team-a-use after the Pods using it became Ready", condition(b.Status.Conditions, kvv1.ConditionCacheInUse).Message)
+	assert.Equal(t, "the master of KVCacheBackend use-store saw writes under tenant team-a-use while Pods using it run", condition(b.Status.Conditions, kvv1.ConditionCacheInUse).Message)
 
 	// At its grant the store evicts the domain's own objects.
 	fake.Evict("team-a-use", 1<<20)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -219,15 +218,11 @@ func BenchmarkScale(b *testing.B) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(inProcessLog)))
 
 	// The kvcache binary builds while the API server starts.
-	bin := filepath.Join(dir, "kvcache")
+	var bin string
 	built := make(chan error, 1)
 	go func() {
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/kvcache")
-		cmd.Dir = testenv.RepoRoot()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go build ./cmd/kvcache: %w\n%s", err, out)
-		}
+		var err error
+		bin, err = testenv.BuildKvcache(context.Background(), dir)
 		built <- err
 	}()
 
