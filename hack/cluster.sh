@@ -151,6 +151,14 @@ wait_for() {
     if [ -n "$logname" ] && ! alive "$logname"; then
       log "$logname exited while waiting for $what; last lines of $STATE/logs/$logname.log:"
       tail -n 20 "$STATE/logs/$logname.log" >&2 || true
+      # What it depends on may have gone first (a kubelet whose containerd stopped).
+      local n
+      for n in $(all_names); do
+        [ "$n" = "$logname" ] || [ ! -f "$(pidfile "$n")" ] || alive "$n" || {
+          log "$n exited too; last lines of $STATE/logs/$n.log:"
+          tail -n 5 "$STATE/logs/$n.log" >&2 || true
+        }
+      done
       return 1
     fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
