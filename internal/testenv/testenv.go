@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -102,4 +103,19 @@ func BuildKvcache(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/kvcache: %w\n%s", err, b)
 	}
 	return out, nil
+}
+
+// WebhookInstallOptions installs the rendered webhook configurations (RenderWebhookConfigurations)
+// pointed at envtest's local serving address instead of their Service.
+func WebhookInstallOptions(objs []generator.Object) envtest.WebhookInstallOptions {
+	var hooks envtest.WebhookInstallOptions
+	for _, o := range objs {
+		switch c := o.(type) {
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			hooks.MutatingWebhooks = append(hooks.MutatingWebhooks, c)
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			hooks.ValidatingWebhooks = append(hooks.ValidatingWebhooks, c)
+		}
+	}
+	return hooks
 }

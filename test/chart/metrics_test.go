@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -236,15 +235,7 @@ func scrapeManager(t *testing.T) map[string]bool {
 	require.NoError(t, err)
 	objs, err := r.RenderWebhookConfigurations(generator.WebhookInput{Name: "kvcache-operator", Namespace: namespace, Service: "kvcache-operator-webhook"})
 	require.NoError(t, err)
-	hooks := envtest.WebhookInstallOptions{}
-	for _, o := range objs {
-		switch c := o.(type) {
-		case *admissionregistrationv1.MutatingWebhookConfiguration:
-			hooks.MutatingWebhooks = append(hooks.MutatingWebhooks, c)
-		case *admissionregistrationv1.ValidatingWebhookConfiguration:
-			hooks.ValidatingWebhooks = append(hooks.ValidatingWebhooks, c)
-		}
-	}
+	hooks := testenv.WebhookInstallOptions(objs)
 	env := testenv.StartForTest(t, "the metrics the manager exports", func(e *envtest.Environment) { e.WebhookInstallOptions = hooks })
 	c := env.Client
 	for _, ns := range []string{namespace, "gpustack-system", "team-a"} {

@@ -18,6 +18,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 )
 
 const wait = 20 * time.Second
@@ -147,4 +148,18 @@ func poll(t *testing.T, cond func() bool, describe func() string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// grantedTenant runs a multi-tenant fake master for an external backend named store with one
+// segment mounted (segment bytes at ip), a pool of poolTotal on it and the Binding team-a/name
+// for domain with ceiling; the tenant is emptied at cleanup so the Binding can be released.
+func grantedTenant(t *testing.T, store, ip string, segment int64, poolTotal, name, domain, ceiling string) *storetest.Fake {
+	t.Helper()
+	fake := fakeStore(t, store, storetest.FakeOptions{MultiTenancy: true})
+	fake.MountSegment(ip+":15400", segment, "tcp")
+	create(t, externalBackend(store, store+".example:50051"))
+	create(t, pool(name+"-pool", store, poolTotal))
+	create(t, binding("team-a", name, name+"-pool", domain, ceiling))
+	t.Cleanup(func() { fake.SetCharged(domain, 0) })
+	return fake
 }

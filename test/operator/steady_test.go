@@ -158,12 +158,7 @@ func drain(rec *events.FakeRecorder) []string {
 // figures written, further polls write nothing, and a reconciler that starts with no memory of
 // the tenant (a restarted manager) keeps every condition.
 func TestSteadyWhileTheTenantIsWritten(t *testing.T) {
-	fake := fakeStore(t, "busy", storetest.FakeOptions{MultiTenancy: true})
-	fake.MountSegment("10.3.1.10:15400", 8<<30, "tcp")
-	create(t, externalBackend("busy", "busy.example:50051"))
-	create(t, pool("busy-pool", "busy", "8Gi"))
-	create(t, binding("team-a", "busy", "busy-pool", "team-a-busy", "4Gi"))
-	t.Cleanup(func() { fake.SetCharged("team-a-busy", 0) })
+	fake := grantedTenant(t, "busy", "10.3.1.10", 8<<30, "8Gi", "busy", "team-a-busy", "4Gi")
 	eventuallyBinding(t, "team-a", "busy", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
 		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
 	})

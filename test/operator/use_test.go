@@ -119,12 +119,7 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 // status.evicted; and a Pod injected before the backend's address changed is counted as
 // drifted, with the fix. The manager's metrics carry the same figures.
 func TestBindingReportsHowItsTenantIsUsed(t *testing.T) {
-	fake := fakeStore(t, "use-store", storetest.FakeOptions{MultiTenancy: true})
-	fake.MountSegment("10.20.0.10:15400", 1<<30, "tcp")
-	create(t, externalBackend("use-store", "use-store.example:50051"))
-	create(t, pool("use-pool", "use-store", "1Gi"))
-	create(t, binding("team-a", "use", "use-pool", "team-a-use", "256Mi"))
-	t.Cleanup(func() { fake.SetCharged("team-a-use", 0) }) // an empty tenant can be released
+	fake := grantedTenant(t, "use-store", "10.20.0.10", 1<<30, "1Gi", "use", "team-a-use", "256Mi")
 	b := eventuallyBinding(t, "team-a", "use", "Granted, and no Pod uses it", func(b *kvv1.KVCachePoolBinding) bool {
 		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted" &&
 			condition(b.Status.Conditions, kvv1.ConditionCacheInUse).Reason == "NoPods"

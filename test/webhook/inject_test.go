@@ -190,7 +190,7 @@ func reference(t *testing.T, pod *corev1.Pod, name string) *corev1.Pod {
 	return ref
 }
 
-func create(t *testing.T, pod *corev1.Pod, name string) (*corev1.Pod, error) {
+func create(t testing.TB, pod *corev1.Pod, name string) (*corev1.Pod, error) {
 	t.Helper()
 	p := pod.DeepCopy()
 	p.Namespace, p.Name = userNamespace, name

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,15 +57,8 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	hooks = &envtest.WebhookInstallOptions{}
-	for _, o := range objs {
-		switch c := o.(type) {
-		case *admissionregistrationv1.MutatingWebhookConfiguration:
-			hooks.MutatingWebhooks = append(hooks.MutatingWebhooks, c)
-		case *admissionregistrationv1.ValidatingWebhookConfiguration:
-			hooks.ValidatingWebhooks = append(hooks.ValidatingWebhooks, c)
-		}
-	}
+	installed := testenv.WebhookInstallOptions(objs)
+	hooks = &installed
 	env, err = testenv.Start(func(e *envtest.Environment) { e.WebhookInstallOptions = *hooks })
 	if err != nil {
 		return 0, err
