@@ -280,6 +280,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 		b.Status.PhaseMessage = fmt.Sprintf("waiting for %s to be deleted", refNames(s.consumers))
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
+	if b.Spec.Connection.Managed != nil {
+		if waiting, err := r.releaseLease(ctx, b); err != nil || waiting != "" {
+			b.Status.PhaseMessage = waiting
+			return ctrl.Result{RequeueAfter: time.Second}, err
+		}
+	}
 	b.Status.PhaseMessage = "no pool uses the backend; releasing it"
 	if _, err := operator.RemoveFinalizer(ctx, r.Client, b, kvv1.FinalizerBackend); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
@@ -287,6 +293,32 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 	r.masters.forget(b.UID)
 	r.Metrics.BackendGone(b.Name)
 	return ctrl.Result{}, nil
+}
+
+// releaseLease removes the election Lease <backend>-leader, which the leader Pods' launchers
+// create and the operator does not own (so no owner reference takes it away). A launcher still
+// running would create it again, so the leader Deployment goes first and the Lease only once no
+// leader Pod is left; until then it says what it waits for.
+func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (waiting string, err error) {
+	name := generator.LeaderName(b.Name)
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.SystemNamespace, Name: name}}
+	if err := r.Client.Delete(ctx, d, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{
+		generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name, generator.LabelComponent: "leader",
+	}); err != nil {
+		return "", err
+	}
+	if n := len(pods.Items); n > 0 {
+		return fmt.Sprintf("waiting for %d leader Pod(s) to stop before the election Lease %s is removed", n, name), nil
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.SystemNamespace, Name: name}}
+	if err := r.Client.Delete(ctx, lease); err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	return "", nil
 }
 
 // renderAndApply renders the store through the generator and applies every child; children

@@ -22,6 +22,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -424,6 +425,23 @@ func exercise(t *testing.T, env *testenv.Env) {
 	}, 30*time.Second, 100*time.Millisecond, "the removed role is pruned")
 	assert.JSONEq(t, `{"binding":"legacy","engine":"vllm","vehicle":"file","domain":"default","tenantInjected":true,"launchProgram":"vllm","launchArgsForwarded":false}`,
 		pod.Annotations[injection.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
+
+	// A backend deleted: its leader goes first, then the election Lease its launchers created
+	// (which nothing else would remove).
+	brief := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "brief"}, Spec: kvv1.KVCacheBackendSpec{
+		Connection: kvv1.Connection{Managed: &kvv1.ManagedConnection{Members: member()}}}}
+	require.NoError(t, env.Client.Create(ctx, brief))
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "gpustack-system", Name: "brief-leader"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("brief-leader-0")}}
+	require.NoError(t, env.Client.Create(ctx, lease), "as a launcher creates it")
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "brief-leader"}, &appsv1.Deployment{}) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the leader renders")
+	require.NoError(t, env.Client.Delete(ctx, brief))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(brief), &kvv1.KVCacheBackend{})) &&
+			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}))
+	}, 30*time.Second, 100*time.Millisecond, "the backend and its election Lease are gone")
 }
 
 // cacheMiss is why the webhooks may read an object of this API live: when the cache has not seen

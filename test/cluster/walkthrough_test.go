@@ -971,6 +971,9 @@ func (w *walk) deleteWalkthrough(t *testing.T) time.Duration {
 	for _, cm := range cms.Items {
 		assert.NotContains(t, cm.Name, "tenant-quota-policy")
 	}
+	// Nor the election Lease the launchers created.
+	_, err = env.client.CoordinationV1().Leases(systemNS).Get(ctx, backendName+"-leader", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the store's election Lease is removed with its backend: %v", err)
 	return time.Since(t0)
 }
 
