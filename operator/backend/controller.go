@@ -221,7 +221,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	setPhase(b)
 	r.Metrics.Observed(b.Name, s.figures)
 	// Periodic polls yield to events: a store that changes is read before one that is polled.
-	return ctrl.Result{RequeueAfter: r.PollInterval, Priority: ptr.To(handler.LowPriority)}, nil
+	return ctrl.Result{RequeueAfter: nextPoll(b, s.now, r.PollInterval), Priority: ptr.To(handler.LowPriority)}, nil
+}
+
+// After a leader change the members re-register with the new master within seconds, and
+// nothing the operator watches says when: the store is read every settlePoll until it serves
+// with every member mounted, for at most settleWindow after the change.
+const (
+	settlePoll   = 2 * time.Second
+	settleWindow = 2 * time.Minute
+)
+
+// nextPoll is when the store is read again: sooner while it settles after a cold cache.
+func nextPoll(b *kvv1.KVCacheBackend, now time.Time, every time.Duration) time.Duration {
+	l := b.Status.Leader
+	if l == nil || l.ColdCacheSince == nil || now.Sub(l.ColdCacheSince.Time) > settleWindow || every <= settlePoll {
+		return every
+	}
+	serving := meta.IsStatusConditionTrue(b.Status.Conditions, kvv1.ConditionLeaderAvailable)
+	mounted := meta.IsStatusConditionTrue(b.Status.Conditions, kvv1.ConditionMembersMounted)
+	if serving && mounted && b.Status.Capacity != nil {
+		return every
+	}
+	return settlePoll
 }
 
 // state is what one reconcile learned, handed from phase to phase.

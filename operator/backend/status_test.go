@@ -232,3 +232,34 @@ func TestPhase(t *testing.T) {
 		})
 	}
 }
+
+// After a cold cache the store is read every few seconds until it serves with every member
+// mounted, so full capacity shows when the members are back rather than a poll later; a
+// settled store, or one whose change is long past, is read at the poll interval.
+func TestStoreIsReadSoonerWhileItSettlesAfterAColdCache(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const every = 15 * time.Second
+	settled := func(b *kvv1.KVCacheBackend) {
+		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: kvv1.ConditionLeaderAvailable, Status: metav1.ConditionTrue, Reason: "Serving"})
+		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: kvv1.ConditionMembersMounted, Status: metav1.ConditionTrue, Reason: "AllMounted"})
+		b.Status.Capacity = &kvv1.Capacity{}
+	}
+	cold := func(ago time.Duration) *kvv1.KVCacheBackend {
+		b := managedBackend()
+		b.Status.Leader = &kvv1.LeaderStatus{ColdCacheSince: &metav1.Time{Time: now.Add(-ago)}}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		b    *kvv1.KVCacheBackend
+		want time.Duration
+	}{
+		{"no failover seen", func() *kvv1.KVCacheBackend { b := managedBackend(); return b }(), every},
+		{"just failed over, members not back", cold(5 * time.Second), settlePoll},
+		{"failed over, members mounted again", func() *kvv1.KVCacheBackend { b := cold(5 * time.Second); settled(b); return b }(), every},
+		{"failed over long ago and never settled", cold(10 * time.Minute), every},
+	} {
+		assert.Equal(t, c.want, nextPoll(c.b, now, every), c.name)
+	}
+	assert.Equal(t, time.Second, nextPoll(cold(time.Second), now, time.Second), "a poll already faster stays")
+}
