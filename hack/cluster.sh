@@ -448,6 +448,22 @@ start_node() {
   start "containerd-$i" "$(command -v containerd)" --config "$d/containerd/config.toml"
 }
 
+# containerd_serving I: wait for node I's containerd to serve. Rarely (seen twice in a day of
+# runs, with no error in its log) a containerd stops in an orderly way within a second of its
+# start; it is then started once more, its log kept, and a second stop fails.
+containerd_serving() {
+  local i=$1 logf
+  logf="$STATE/logs/containerd-$i.log"
+  if wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")" && alive "containerd-$i"; then
+    return 0
+  fi
+  log "containerd-$i stopped while starting; starting it again (its log: $logf.first)"
+  cp "$logf" "$logf.first" 2>/dev/null || true
+  rm -f "$(ctr_sock "$i")" "$(ctr_sock "$i").ttrpc"
+  start_node "$i"
+  wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")"
+}
+
 start_kubelet() {
   local i=$1 d
   d=$(node_dir "$i")
@@ -679,7 +695,7 @@ cmd_up() {
   # The sandbox image, imported while the API server starts.
   local socks=()
   for i in $(seq 0 $((NODES - 1))); do
-    wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")"
+    containerd_serving "$i"
     socks+=(--socket "$(ctr_sock "$i")")
   done
   "$HERE/images.sh" load "${socks[@]}" pause
@@ -689,7 +705,10 @@ cmd_up() {
   apply_addons
   start_coredns
   start_proxy
-  for i in $(seq 0 $((NODES - 1))); do start_kubelet "$i"; done
+  for i in $(seq 0 $((NODES - 1))); do
+    alive "containerd-$i" || { containerd_serving "$i"; "$HERE/images.sh" load --socket "$(ctr_sock "$i")" pause; }
+    start_kubelet "$i"
+  done
   local names=()
   for i in $(seq 0 $((NODES - 1))); do names+=("node/$(node_name "$i")"); done
   wait_for "nodes to register" 60 kubelet-0 kubectl_admin get "${names[@]}"

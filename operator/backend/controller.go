@@ -319,13 +319,25 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 
 // releaseLease removes the election Lease <backend>-leader, which the leader Pods' launchers
 // create and the operator does not own (so no owner reference takes it away). A launcher still
-// running would create it again, so the leader Deployment goes first and the Lease only once no
-// leader Pod is left; until then it says what it waits for.
+// running would create it again, so the store's workloads go first (the members with the
+// leader, so that they stop side by side) and the Lease only once no leader Pod is left; until
+// then it says what it waits for.
 func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (waiting string, err error) {
 	name := generator.LeaderName(b.Name)
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.SystemNamespace, Name: name}}
-	if err := r.Client.Delete(ctx, d, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+	workloads := []client.Object{&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.SystemNamespace, Name: name}}}
+	members := &appsv1.DaemonSetList{}
+	if err := r.Client.List(ctx, members, client.InNamespace(r.SystemNamespace), client.MatchingLabels{generator.LabelInstance: b.Name}); err != nil {
 		return "", err
+	}
+	for i := range members.Items {
+		if metav1.IsControlledBy(&members.Items[i], b) {
+			workloads = append(workloads, &members.Items[i])
+		}
+	}
+	for _, o := range workloads {
+		if err := r.Client.Delete(ctx, o, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
 	}
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{

@@ -21,8 +21,8 @@ import (
 )
 
 // Deleting a backend removes the election Lease its launchers created, and only once no leader
-// Pod is left to create it again: the leader Deployment goes first, the backend waits (saying
-// so) while a leader Pod terminates, then the Lease and the backend go.
+// Pod is left to create it again: the leader Deployment and the member DaemonSets go first, the
+// backend waits (saying so) while a leader Pod terminates, then the Lease and the backend go.
 func TestDeletingABackendRemovesItsElectionLease(t *testing.T) {
 	ctx := context.Background()
 	fakeStore(t, "leased", storetest.FakeOptions{MultiTenancy: true})
@@ -53,6 +53,8 @@ func TestDeletingABackendRemovesItsElectionLease(t *testing.T) {
 	})
 	assert.Equal(t, "waiting for 1 leader Pod(s) to stop before the election Lease leased-leader is removed", got.Status.PhaseMessage)
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, leaderKey("leased"), &appsv1.Deployment{})), "the leader Deployment went first")
+	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: generator.MemberName("leased", 0)}, &appsv1.DaemonSet{})),
+		"and the members with it, to stop side by side")
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}), "the Lease stays while a launcher may run")
 
 	require.NoError(t, env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)))
