@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/rules"
 )
@@ -65,10 +65,8 @@ func Offline(ctx context.Context, cluster, creates *rules.Files, models []kvv1.M
 }
 
 func engineName(id string) string {
-	for _, n := range []string{"vLLM", "SGLang", "vLLM-Ascend"} {
-		if strings.EqualFold(strings.ReplaceAll(n, "-", ""), strings.ReplaceAll(id, "-", "")) {
-			return n
-		}
+	if e, ok := engines.ByID(id); ok {
+		return e.Name
 	}
 	return id
 }

@@ -235,6 +235,17 @@ func ByName(name string) (Engine, bool) {
 	return Engine{}, false
 }
 
+// ByID finds an engine by its ID, the spelling the injection record carries (vllm, sglang,
+// vllm-ascend).
+func ByID(id string) (Engine, bool) {
+	for _, e := range All() {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return Engine{}, false
+}
+
 // Names lists the annotation spellings, for messages.
 func Names() []string {
 	var n []string

@@ -1,6 +1,10 @@
 package injection
 
 import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 )
@@ -70,6 +74,17 @@ type Record struct {
 	TenantInjected      bool   `json:"tenantInjected"`
 	LaunchProgram       string `json:"launchProgram"`
 	LaunchArgsForwarded bool   `json:"launchArgsForwarded"`
+}
+
+// RecordOf reads the injection record a Pod carries; false when it carries none (or one that
+// does not parse).
+func RecordOf(p *corev1.Pod) (Record, bool) {
+	var rec Record
+	raw, ok := p.Annotations[AnnotationInjected]
+	if !ok || json.Unmarshal([]byte(raw), &rec) != nil {
+		return Record{}, false
+	}
+	return rec, true
 }
 
 // Refusal is why a Pod is refused. Message names the key and the fix; Reason is a stable class.

@@ -313,13 +313,3 @@ func Eviction(in EvictionInput) (v Verdict, ok bool) {
 	return Verdict{Status: metav1.ConditionFalse, Reason: ReasonNotEvicting,
 		Message: fmt.Sprintf("the store evicted none of tenant %s's objects and refused none of its writes within the last %s: its writes fit its grant", in.Tenant, in.Hold)}, true
 }
-
-// EngineByID is the engine whose ID (vllm, sglang, vllm-ascend) is id.
-func EngineByID(id string) (engines.Engine, bool) {
-	for _, e := range engines.All() {
-		if e.ID == id {
-			return e, true
-		}
-	}
-	return engines.Engine{}, false
-}

@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,10 +32,7 @@ func injectedBinding(p *corev1.Pod) string {
 	if p.Labels[injection.LabelInject] != "true" {
 		return ""
 	}
-	var rec injection.Record
-	if json.Unmarshal([]byte(p.Annotations[injection.AnnotationInjected]), &rec) != nil {
-		return ""
-	}
+	rec, _ := injection.RecordOf(p)
 	return rec.Binding
 }
 
@@ -73,9 +69,8 @@ func running(pods []corev1.Pod) []corev1.Pod {
 // release from its container's image tag when that names one this project measured.
 func InjectedUse(p *corev1.Pod) PodUse {
 	u := podUse(p)
-	var rec injection.Record
-	if json.Unmarshal([]byte(p.Annotations[injection.AnnotationInjected]), &rec) == nil {
-		u.Engine, _ = EngineByID(rec.Engine)
+	if rec, ok := injection.RecordOf(p); ok {
+		u.Engine, _ = engines.ByID(rec.Engine)
 	}
 	if c := engineContainer(p); c != nil && u.Engine.ID != "" {
 		if tag := strings.TrimPrefix(engines.ImageTag(c.Image), "v"); tag != "" {
