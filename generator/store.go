@@ -71,7 +71,12 @@ type storeValues struct {
 	Ports            values.Store
 	Leader           leaderValues
 	Members          []memberValues
-	MemberAccount    string // ServiceAccount members run as ("" when not electing)
+	// MemberAccount is the ServiceAccount members run as: their own when electing, else
+	// "default" (named all the same, see the templates).
+	MemberAccount string
+	// StoreAPIAccess: the store's Pods run as their own accounts and get an API token (the
+	// launcher holds the Lease); otherwise they run as "default" with no token mounted.
+	StoreAPIAccess bool
 	// QuotaPolicy is the seed ledger file's content ("" without multi-tenancy).
 	QuotaPolicy string
 	Tenants     []Tenant
@@ -88,10 +93,18 @@ type leaderValues struct {
 	RollingUpdate  bool
 	Electing       bool
 	ServiceAccount string
-	MultiTenancy   bool
-	PolicyConfig   string // ConfigMap holding the seed policy
-	Args           []string
-	Env            []corev1.EnvVar
+	// Command is the launcher when electing, else the master itself.
+	Command []string
+	// ReadinessPeriodSeconds: an electing leader is probed every second, so that a new leader
+	// is routed to as soon as its master serves.
+	ReadinessPeriodSeconds int32
+	// Liveness: only a plain master is probed for liveness. A standby runs no master, and an
+	// electing leader's launcher exits when its master does, so the container restarts.
+	Liveness     bool
+	MultiTenancy bool
+	PolicyConfig string // ConfigMap holding the seed policy
+	Args         []string
+	Env          []corev1.EnvVar
 }
 
 type memberValues struct {
@@ -180,9 +193,12 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	if leader.Image == "" {
 		return nil, fmt.Errorf("KVCacheBackend %s: no store image: set spec.image or create the Setting %s", b.Name, kvv1.SettingKVCacheBackendImage)
 	}
+	leader.ServiceAccount, v.MemberAccount = "default", "default"
+	leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{MasterCommand}, 5, true
 	if leader.Electing {
 		leader.ServiceAccount = LeaderName(b.Name)
 		v.MemberAccount = MemberAccountName(b.Name)
+		v.StoreAPIAccess = true
 	}
 	if leader.MultiTenancy {
 		leader.PolicyConfig = QuotaPolicyName(b.Name)
@@ -197,6 +213,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		}
 		leader.LauncherDir = LauncherDir
 		leader.LauncherPath = LauncherDir + "/kvcache"
+		leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{leader.LauncherPath}, 1, false
 		// The launcher runs the master; the Lease names the Pod.
 		leader.Args = append([]string{"elect", "--lease-name=" + LeaderName(b.Name), "--"}, append([]string{MasterCommand}, leader.Args...)...)
 		leader.Env = append([]corev1.EnvVar{fieldEnv(LauncherPodNameEnv, "metadata.name"), fieldEnv(LauncherPodNamespaceEnv, "metadata.namespace")}, leader.Env...)
