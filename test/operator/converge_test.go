@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,19 +26,8 @@ import (
 // allChildren lists a backend's children of every kind the store render produces.
 func allChildren(t *testing.T, backend string) map[string]client.Object {
 	t.Helper()
-	out := map[string]client.Object{}
-	sel := client.MatchingLabels{generator.LabelInstance: backend}
-	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
-		&corev1.ServiceAccountList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{}} {
-		require.NoError(t, env.Client.List(context.Background(), l, client.InNamespace(systemNamespace), sel))
-		items, err := meta.ExtractList(l)
-		require.NoError(t, err)
-		for _, ro := range items {
-			o := ro.(client.Object)
-			out[fmt.Sprintf("%T/%s", o, o.GetName())] = o
-		}
-	}
-	return out
+	return childrenOf(t, backend, &appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
+		&corev1.ServiceAccountList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{})
 }
 
 // converged reports "" once the live children are exactly what the backend's spec renders and

@@ -108,11 +108,19 @@ func memberPod(t *testing.T, backend string, group, n int, ip string) *corev1.Po
 	return p
 }
 
+// children lists a backend's workloads, Services, ConfigMaps and ServiceAccounts.
 func children(t *testing.T, backend string) map[string]client.Object {
+	t.Helper()
+	return childrenOf(t, backend, &appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.ServiceAccountList{})
+}
+
+// childrenOf lists a backend's children of the given kinds in the system namespace, by
+// "<type>/<name>".
+func childrenOf(t *testing.T, backend string, lists ...client.ObjectList) map[string]client.Object {
 	t.Helper()
 	out := map[string]client.Object{}
 	sel := client.MatchingLabels{generator.LabelInstance: backend}
-	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}, &corev1.ServiceAccountList{}} {
+	for _, l := range lists {
 		require.NoError(t, env.Client.List(context.Background(), l, client.InNamespace(systemNamespace), sel))
 		items, err := meta.ExtractList(l)
 		require.NoError(t, err)

@@ -66,6 +66,7 @@ func applyCluster(t testing.TB, path string) {
 			_ = env.Client.Update(ctx, o)
 		}
 		_ = env.Client.Delete(ctx, o)
+		cachedGone(t, o)
 	}
 	createNow := func(o client.Object) {
 		t.Helper()
@@ -74,7 +75,10 @@ func applyCluster(t testing.TB, path string) {
 	}
 	placeholder := func(o client.Object) func() {
 		createNow(o)
-		return func() { require.NoError(t, env.Client.Delete(ctx, o)) }
+		return func() {
+			require.NoError(t, env.Client.Delete(ctx, o))
+			cachedGone(t, o)
+		}
 	}
 	for _, o := range objs {
 		o := o.DeepCopyObject().(client.Object)
@@ -90,10 +94,13 @@ func applyCluster(t testing.TB, path string) {
 			was := live.Spec.Value
 			live.Spec.Value = x.Spec.Value
 			require.NoError(t, env.Client.Update(ctx, live))
+			cached(t, live)
 			t.Cleanup(func() {
 				_ = env.Client.Get(ctx, client.ObjectKeyFromObject(x), live)
 				live.Spec.Value = was
-				_ = env.Client.Update(ctx, live)
+				if env.Client.Update(ctx, live) == nil {
+					cached(t, live)
+				}
 			})
 			continue
 		case *kvv1.KVCachePool:
@@ -127,8 +134,29 @@ func applyCluster(t testing.TB, path string) {
 		}
 		if deleting {
 			require.NoError(t, env.Client.Delete(ctx, o))
+			require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(o), o))
 		}
+		cached(t, o)
 	}
+}
+
+// cached waits until the manager's cache holds o at its resourceVersion (the tests are the
+// only writers here: the manager runs no controllers).
+func cached(t testing.TB, o client.Object) {
+	t.Helper()
+	got := o.DeepCopyObject().(client.Object)
+	require.Eventually(t, func() bool {
+		return managerCache.Get(context.Background(), client.ObjectKeyFromObject(o), got) == nil && got.GetResourceVersion() == o.GetResourceVersion()
+	}, 10*time.Second, 10*time.Millisecond, "the manager's cache has %T %s at resourceVersion %s", o, client.ObjectKeyFromObject(o), o.GetResourceVersion())
+}
+
+// cachedGone waits until the manager's cache no longer holds o.
+func cachedGone(t testing.TB, o client.Object) {
+	t.Helper()
+	got := o.DeepCopyObject().(client.Object)
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(managerCache.Get(context.Background(), client.ObjectKeyFromObject(o), got))
+	}, 10*time.Second, 10*time.Millisecond, "the manager's cache drops %T %s", o, client.ObjectKeyFromObject(o))
 }
 
 // podCase is a bare-Pod golden case of snapshots/inject.

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -35,6 +36,9 @@ var (
 	env     *testenv.Env
 	hooks   *envtest.WebhookInstallOptions
 	stopMgr context.CancelFunc
+	// managerCache is what the webhooks read first: a test waits for it to hold what it
+	// applied, as a user applying a manifest a while before the Pods would find.
+	managerCache client.Reader
 )
 
 func TestMain(m *testing.M) {
@@ -98,6 +102,7 @@ func startManager() error {
 	if err != nil {
 		return err
 	}
+	managerCache = mgr.GetClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
