@@ -23,6 +23,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/rules"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // The webhooks the chart installs, by the names templates/webhooks gives them.
@@ -292,8 +293,8 @@ func (l *live) answers(ctx context.Context) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "kvcache-check-", Namespace: l.o.ProbeNamespace,
-			Labels:      map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: probeBinding, injection.AnnotationEngine: "vLLM"},
+			Labels:      map[string]string{vocab.LabelInject: "true"},
+			Annotations: map[string]string{vocab.AnnotationBinding: probeBinding, vocab.AnnotationEngine: "vLLM"},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "probe"}}}},
 	}
@@ -499,7 +500,7 @@ func (l *live) condition(check, object string, conds []metav1.Condition, typ str
 // drift: every injected Pod's written keys are still what injection writes for its Binding now.
 func (l *live) drift(ctx context.Context) error {
 	pods := &corev1.PodList{}
-	opts := append(l.inNamespace(), client.MatchingLabels{injection.LabelInject: "true"})
+	opts := append(l.inNamespace(), client.MatchingLabels{vocab.LabelInject: "true"})
 	if err := l.c.List(ctx, pods, opts...); err != nil {
 		return fmt.Errorf("list Pods: %w", err)
 	}
@@ -509,7 +510,7 @@ func (l *live) drift(ctx context.Context) error {
 	})
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.Annotations[injection.AnnotationInjected] == "" || p.DeletionTimestamp != nil {
+		if p.Annotations[vocab.AnnotationInjected] == "" || p.DeletionTimestamp != nil {
 			continue
 		}
 		object := "Pod/" + p.Namespace + "/" + p.Name

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // Vehicle is how configuration reaches an engine's store client.
@@ -104,29 +106,6 @@ func (e Engine) ServeArgv(model string, port int32) (command, args []string) {
 const (
 	// DtypeFlag is handed the Binding's dtype on every engine.
 	DtypeFlag = "--kv-cache-dtype"
-	// MetricEnv and BandwidthMetricEnv are observability toggles, set only when absent.
-	MetricEnv          = "MC_TE_METRIC"
-	BandwidthMetricEnv = "MC_STORE_CLIENT_METRIC_BANDWIDTH"
-	// ConfigPathEnv names the vLLM family's projected file.
-	ConfigPathEnv = "MOONCAKE_CONFIG_PATH"
-	// TenantEnv carries SGLang's tenant.
-	TenantEnv = "MOONCAKE_TENANT_ID"
-)
-
-// MetadataServer is the transfer engine's metadata mode everywhere: peers exchange segment
-// descriptors by handshake, so no metadata service runs.
-const MetadataServer = "P2PHANDSHAKE"
-
-// The Mooncake client's variables, as SGLang's reader and the store's own member
-// (mc_store_rest_server) read them.
-const (
-	MasterEnv            = "MOONCAKE_MASTER"
-	MetadataServerEnv    = "MOONCAKE_TE_META_DATA_SERVER"
-	ProtocolEnv          = "MOONCAKE_PROTOCOL"
-	DeviceEnv            = "MOONCAKE_DEVICE"
-	GlobalSegmentSizeEnv = "MOONCAKE_GLOBAL_SEGMENT_SIZE"
-	LocalBufferSizeEnv   = "MOONCAKE_LOCAL_BUFFER_SIZE"
-	LocalHostnameEnv     = "MOONCAKE_LOCAL_HOSTNAME"
 )
 
 // vLLM-family and SGLang flag names.
@@ -136,7 +115,6 @@ const (
 	hicacheStorageBackend  = "--hicache-storage-backend"
 	hicacheExtraConfig     = "--hicache-storage-backend-extra-config"
 	enableHierarchicalFlag = "--enable-hierarchical-cache"
-	sglangConfigPathEnv    = "SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"
 )
 
 // ClientModeStandalone is the vLLM reader's mode for an engine that reads and writes an
@@ -182,8 +160,8 @@ var (
 		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
 		Program:       vllmProgram,
 		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
-		SourceEnv:     []string{ConfigPathEnv},
-		InjectedEnv:   []string{ConfigPathEnv},
+		SourceEnv:     []string{vocab.ConfigPathEnv},
+		InjectedEnv:   []string{vocab.ConfigPathEnv},
 		RefusedFlags:  []string{kvOffloadingSize},
 		KVCacheDtypes: vllmDtypes,
 		StagingBuffer: VLLMStagingBuffer,
@@ -195,11 +173,11 @@ var (
 		Parser:      Parser{VLLMStyle: true, Known: VLLMKnownFlags},
 		Program:     Program{Executable: "vllm", Engine: "vLLM-Ascend"},
 		OwnedFlags:  []string{kvTransferConfig, DtypeFlag},
-		SourceEnv:   []string{ConfigPathEnv},
-		InjectedEnv: []string{ConfigPathEnv},
+		SourceEnv:   []string{vocab.ConfigPathEnv},
+		InjectedEnv: []string{vocab.ConfigPathEnv},
 		// vLLM-Ascend 0.23.0.post1's MooncakeBackend reads these two over the file's
 		// master_server_address and global_segment_size.
-		OverrideEnv:   []string{MasterEnv, GlobalSegmentSizeEnv},
+		OverrideEnv:   []string{vocab.MasterEnv, vocab.GlobalSegmentSizeEnv},
 		RefusedFlags:  []string{kvOffloadingSize},
 		Transports:    []string{"ascend"},
 		KVCacheDtypes: vllmAscendDtypes,
@@ -212,9 +190,9 @@ var (
 		Program:     sglangProgram,
 		OwnedFlags:  []string{hicacheStorageBackend, DtypeFlag},
 		SourceFlags: []string{hicacheExtraConfig},
-		SourceEnv:   []string{sglangConfigPathEnv},
-		InjectedEnv: []string{TenantEnv, MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv,
-			GlobalSegmentSizeEnv, LocalHostnameEnv},
+		SourceEnv:   []string{vocab.SGLangConfigPathEnv},
+		InjectedEnv: []string{vocab.TenantEnv, vocab.MasterEnv, vocab.MetadataServerEnv, vocab.ProtocolEnv, vocab.DeviceEnv,
+			vocab.GlobalSegmentSizeEnv, vocab.LocalHostnameEnv},
 		KVCacheDtypes:         sglangDtypes,
 		StagingBuffer:         SGLangStagingBuffer,
 		Serve:                 Serve{ModelFlag: "--model-path", PortFlag: "--port"},

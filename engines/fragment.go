@@ -6,15 +6,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Names injection writes into a Pod.
-const (
-	// AnnotationClientConfig holds the vLLM family's client configuration document.
-	AnnotationClientConfig = "kvcache.gpustack.ai/client-config"
-	// ConfigVolume and ConfigMountPath are where that document is projected.
-	ConfigVolume    = "gpustack-kvcache-config"
-	ConfigMountPath = "/etc/gpustack/kvcache"
-)
-
 // Fragment is what one engine's container receives, as the generator rendered it from the
 // engine's template. Merge applies it.
 type Fragment struct {

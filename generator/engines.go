@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // FragmentInput is everything an engine fragment depends on.
@@ -29,6 +30,7 @@ type FragmentInput struct {
 // fragmentValues are the template's data, and the key of the fragment cache: every field is
 // comparable and they determine the output completely.
 type fragmentValues struct {
+	Names           vocab.Names
 	Template        string
 	Master          string
 	Protocol        string
@@ -50,6 +52,7 @@ func (r *Renderer) RenderFragment(in FragmentInput) (*engines.Fragment, error) {
 		name = "engines/vllm.yaml"
 	}
 	v := fragmentValues{
+		Names:           vocab.TemplateNames(),
 		Template:        name,
 		Master:          in.Master,
 		Protocol:        in.Protocol,

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // The variables an engine's template writes are the ones its definition names, which the launch
@@ -38,7 +39,7 @@ func TestClientConfigIsAPureClientWithTheTenant(t *testing.T) {
 			f, err := r.RenderFragment(FragmentInput{Engine: e, Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"})
 			require.NoError(t, err)
 			var cfg map[string]any
-			require.NoError(t, json.Unmarshal([]byte(f.Annotations[engines.AnnotationClientConfig]), &cfg))
+			require.NoError(t, json.Unmarshal([]byte(f.Annotations[vocab.AnnotationClientConfig]), &cfg))
 			assert.Equal(t, engines.ClientModeStandalone, cfg["mode"])
 			assert.Equal(t, "team-a", cfg["tenant_id"])
 			assert.InDelta(t, 0, cfg["global_segment_size"], 0)

@@ -14,6 +14,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // Every string a tenant or an administrator writes into an object reaches the rendered objects
@@ -71,7 +72,7 @@ func asJSON(t *testing.T, objs []Object) any {
 func dropHash(v any) {
 	switch t := v.(type) {
 	case map[string]any:
-		delete(t, LabelPodSpecHash)
+		delete(t, vocab.LabelPodSpecHash)
 		for _, x := range t {
 			dropHash(x)
 		}

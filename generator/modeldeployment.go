@@ -12,6 +12,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/values"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // CacheInput is a ModelDeployment's resolved cache attachment: what its Binding, pool and
@@ -38,6 +39,7 @@ type ModelDeploymentInput struct {
 }
 
 type mdValues struct {
+	Names     vocab.Names
 	Name      string
 	Namespace string
 	Owner     metav1.OwnerReference
@@ -111,7 +113,7 @@ func FabricResource(protocol string, n int32, d values.Store) (string, int32, bo
 func (r *Renderer) RenderModelDeployment(in ModelDeploymentInput) ([]Object, error) {
 	md := in.Deployment
 	v := mdValues{
-		Name: md.Name, Namespace: md.Namespace,
+		Names: vocab.TemplateNames(), Name: md.Name, Namespace: md.Namespace,
 		Owner: metav1.OwnerReference{APIVersion: kvv1.GroupVersion.String(), Kind: "ModelDeployment", Name: md.Name, UID: md.UID,
 			Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true)},
 	}

@@ -14,30 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/values"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
-// Labels and annotations the store objects carry.
-const (
-	LabelName      = "app.kubernetes.io/name"
-	LabelInstance  = "app.kubernetes.io/instance"
-	LabelComponent = "app.kubernetes.io/component"
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-
-	// StoreName is the app.kubernetes.io/name of every store object.
-	StoreName = "kv-cache-backend"
-	// ManagedBy is the app.kubernetes.io/managed-by of everything the operator renders.
-	ManagedBy = "kvcache-operator"
-
-	// LabelPodSpecHash on a member Pod template is a hash of the template without its node
-	// placement. Member DaemonSets update OnDelete; the operator deletes member Pods whose hash
-	// is stale, so widening a nodeSelector restarts nobody.
-	LabelPodSpecHash = "kvcache.gpustack.ai/pod-spec-hash"
-
-	// DefaultSystemNamespace is where managed stores run unless told otherwise.
-	DefaultSystemNamespace = "gpustack-system"
-)
+// DefaultSystemNamespace is where managed stores run unless told otherwise.
+const DefaultSystemNamespace = "gpustack-system"
 
 // Tenant is one ledger entry the seed policy file carries: a domain and its requested quota.
 type Tenant struct {
@@ -63,6 +45,8 @@ type StoreInput struct {
 
 // storeValues is the typed data the store templates lay out.
 type storeValues struct {
+	// Names is the vocabulary the templates spell labels, variables and programs with.
+	Names            vocab.Names
 	Name             string
 	Namespace        string
 	Owner            metav1.OwnerReference
@@ -126,16 +110,6 @@ type fabricValues struct {
 	Count        int32
 }
 
-// The launcher an electing leader Pod runs: copied by an init container from the operator's
-// image into LauncherDir, an emptyDir the leader container runs it from. It reads the Pod's
-// identity from the two variables (the Lease holder names the Pod).
-const (
-	MasterCommand           = "mooncake_master"
-	LauncherDir             = "/opt/kvcache"
-	LauncherPodNameEnv      = "POD_NAME"
-	LauncherPodNamespaceEnv = "POD_NAMESPACE"
-)
-
 // LeaderName is the leader Deployment, Service, Lease and ServiceAccount name of a backend.
 func LeaderName(backend string) string { return backend + "-leader" }
 
@@ -168,6 +142,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	d := r.defaults
 	l := m.Leader
 	v := &storeValues{
+		Names:     vocab.TemplateNames(),
 		Name:      b.Name,
 		Namespace: ns,
 		Owner: metav1.OwnerReference{
@@ -194,7 +169,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		return nil, fmt.Errorf("KVCacheBackend %s: no store image: set spec.image or create the Setting %s", b.Name, kvv1.SettingKVCacheBackendImage)
 	}
 	leader.ServiceAccount, v.MemberAccount = "default", "default"
-	leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{MasterCommand}, 5, true
+	leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{vocab.MasterCommand}, 5, true
 	if leader.Electing {
 		leader.ServiceAccount = LeaderName(b.Name)
 		v.MemberAccount = MemberAccountName(b.Name)
@@ -211,12 +186,12 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		if leader.LauncherImage == "" {
 			leader.LauncherImage = d.OperatorImage
 		}
-		leader.LauncherDir = LauncherDir
-		leader.LauncherPath = LauncherDir + "/kvcache"
+		leader.LauncherDir = vocab.LauncherDir
+		leader.LauncherPath = vocab.LauncherDir + "/kvcache"
 		leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{leader.LauncherPath}, 1, false
 		// The launcher runs the master; the Lease names the Pod.
-		leader.Args = append([]string{"elect", "--lease-name=" + LeaderName(b.Name), "--"}, append([]string{MasterCommand}, leader.Args...)...)
-		leader.Env = append([]corev1.EnvVar{fieldEnv(LauncherPodNameEnv, "metadata.name"), fieldEnv(LauncherPodNamespaceEnv, "metadata.namespace")}, leader.Env...)
+		leader.Args = append([]string{"elect", "--lease-name=" + LeaderName(b.Name), "--"}, append([]string{vocab.MasterCommand}, leader.Args...)...)
+		leader.Env = append([]corev1.EnvVar{fieldEnv(vocab.LauncherPodNameEnv, "metadata.name"), fieldEnv(vocab.LauncherPodNamespaceEnv, "metadata.namespace")}, leader.Env...)
 	}
 	v.Leader = leader
 
@@ -276,11 +251,11 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 	protocol := b.EffectiveProtocol(i).StoreSpelling()
 	mv.Args = append([]string{fmt.Sprintf("--port=%d", mv.RestPort)}, g.ExtraArgs...)
 	mv.Env = []corev1.EnvVar{
-		{Name: engines.MasterEnv, Value: master},
-		{Name: engines.MetadataServerEnv, Value: engines.MetadataServer},
-		{Name: engines.ProtocolEnv, Value: protocol},
-		fieldEnv(engines.LocalHostnameEnv, "status.podIP"),
-		{Name: engines.GlobalSegmentSizeEnv, Value: strconv.FormatInt(g.CapacityPerMember.Value(), 10)},
+		{Name: vocab.MasterEnv, Value: master},
+		{Name: vocab.MetadataServerEnv, Value: vocab.MetadataServer},
+		{Name: vocab.ProtocolEnv, Value: protocol},
+		fieldEnv(vocab.LocalHostnameEnv, "status.podIP"),
+		{Name: vocab.GlobalSegmentSizeEnv, Value: strconv.FormatInt(g.CapacityPerMember.Value(), 10)},
 	}
 	// The staging buffer is always written: left unset, the member allocates the store's 1 GiB
 	// default, which its memory request would not hold.
@@ -289,8 +264,8 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 		buffer = g.LocalBufferSize.DeepCopy()
 	}
 	mv.Env = append(mv.Env,
-		corev1.EnvVar{Name: engines.LocalBufferSizeEnv, Value: strconv.FormatInt(buffer.Value(), 10)},
-		corev1.EnvVar{Name: engines.MetricEnv, Value: "1"})
+		corev1.EnvVar{Name: vocab.LocalBufferSizeEnv, Value: strconv.FormatInt(buffer.Value(), 10)},
+		corev1.EnvVar{Name: vocab.MetricEnv, Value: "1"})
 	mv.Env = append(mv.Env, g.ExtraEnv...)
 
 	// DRAM members hold their segment in the Pod's own memory, so the request claims it; a VRAM
@@ -363,7 +338,7 @@ func (r *Renderer) RenderStore(in StoreInput) ([]Object, error) {
 // stale.
 func PodSpecHash(t *corev1.PodTemplateSpec) (string, error) {
 	c := t.DeepCopy()
-	delete(c.Labels, LabelPodSpecHash)
+	delete(c.Labels, vocab.LabelPodSpecHash)
 	c.Spec.NodeSelector = nil
 	c.Spec.Affinity = nil
 	b, err := json.Marshal(c)
@@ -382,6 +357,6 @@ func stampPodSpecHash(ds *appsv1.DaemonSet) error {
 	if ds.Spec.Template.Labels == nil {
 		ds.Spec.Template.Labels = map[string]string{}
 	}
-	ds.Spec.Template.Labels[LabelPodSpecHash] = h
+	ds.Spec.Template.Labels[vocab.LabelPodSpecHash] = h
 	return nil
 }

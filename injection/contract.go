@@ -6,38 +6,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
-// The label and annotations of the contract, exact case.
-const (
-	Prefix = "kvcache.gpustack.ai/"
-	// LabelInject opts a Pod in; only the value "true" does. It is a label because a webhook's
-	// objectSelector matches labels only.
-	LabelInject = Prefix + "inject"
-
-	AnnotationBinding             = Prefix + "binding"
-	AnnotationEngine              = Prefix + "engine"
-	AnnotationRole                = Prefix + "role"
-	AnnotationContainer           = Prefix + "container"
-	AnnotationLaunchArgsForwarded = Prefix + "launch-args-forwarded"
-
-	// AnnotationInjected is the injection record; AnnotationClientConfig the projected client
-	// configuration. Injection writes both; a submitted Pod may carry neither.
-	AnnotationInjected     = Prefix + "injected"
-	AnnotationClientConfig = engines.AnnotationClientConfig
-
-	// AnnotationDomain does not exist on purpose: the domain comes from the Binding.
-	AnnotationDomain = Prefix + "domain"
-
-	// LabelModelDeployment names the ModelDeployment a Pod was rendered for. Those Pods carry the
-	// written keys without the opt-in label (their configuration is rendered, not injected), so
-	// the UPDATE freeze selects them by this label too.
-	LabelModelDeployment = Prefix + "model-deployment"
-)
-
-// acceptedAnnotations are the keys under Prefix a Pod may carry.
-var acceptedAnnotations = []string{AnnotationBinding, AnnotationEngine, AnnotationRole, AnnotationContainer, AnnotationLaunchArgsForwarded}
+// acceptedAnnotations are the keys under vocab.Prefix a Pod may carry.
+var acceptedAnnotations = []string{vocab.AnnotationBinding, vocab.AnnotationEngine, vocab.AnnotationRole, vocab.AnnotationContainer, vocab.AnnotationLaunchArgsForwarded}
 
 // Refusal reasons: stable classes, counted by metrics and shown in messages' origin.
 const (
@@ -80,7 +53,7 @@ type Record struct {
 // does not parse).
 func RecordOf(p *corev1.Pod) (Record, bool) {
 	var rec Record
-	raw, ok := p.Annotations[AnnotationInjected]
+	raw, ok := p.Annotations[vocab.AnnotationInjected]
 	if !ok || json.Unmarshal([]byte(raw), &rec) != nil {
 		return Record{}, false
 	}

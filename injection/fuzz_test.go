@@ -15,6 +15,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // fuzzCluster is a small cluster: a tcp store with a ledger, an Ascend store, a store without
@@ -67,12 +68,12 @@ func fields(s string) []string {
 func fuzzPod(annotations, command, args, env string, labelled bool) *corev1.Pod {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "team-a", Annotations: map[string]string{}}}
 	if labelled {
-		pod.Labels = map[string]string{LabelInject: "true"}
+		pod.Labels = map[string]string{vocab.LabelInject: "true"}
 	}
 	for _, kv := range fields(annotations) {
 		k, v, _ := strings.Cut(kv, "=")
 		if !strings.Contains(k, "/") {
-			k = Prefix + k
+			k = vocab.Prefix + k
 		}
 		pod.Annotations[k] = v
 	}
@@ -133,10 +134,10 @@ func FuzzInject(f *testing.F) {
 			return
 		}
 		var rec Record
-		if err := json.Unmarshal([]byte(out.Annotations[AnnotationInjected]), &rec); err != nil {
+		if err := json.Unmarshal([]byte(out.Annotations[vocab.AnnotationInjected]), &rec); err != nil {
 			t.Fatalf("record does not parse: %v", err)
 		}
-		if rec.Binding != pod.Annotations[AnnotationBinding] || rec.Engine == "" {
+		if rec.Binding != pod.Annotations[vocab.AnnotationBinding] || rec.Engine == "" {
 			t.Fatalf("record %+v does not describe the Pod", rec)
 		}
 		c := out.Spec.Containers[0]

@@ -16,6 +16,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 var sprintf = fmt.Sprintf
@@ -50,7 +51,7 @@ type Injector struct {
 func New(r *generator.Renderer) *Injector { return &Injector{renderer: r} }
 
 // OptedIn reports whether a Pod carries the opt-in label with the value "true".
-func OptedIn(pod *corev1.Pod) bool { return pod.Labels[LabelInject] == "true" }
+func OptedIn(pod *corev1.Pod) bool { return pod.Labels[vocab.LabelInject] == "true" }
 
 // Inject returns a copy of pod with its engine's client configuration merged in. A Pod that did
 // not opt in comes back as is with Result.Injected false. A refused Pod yields a *Refusal; pod
@@ -132,7 +133,7 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[AnnotationInjected] = string(b)
+	out.Annotations[vocab.AnnotationInjected] = string(b)
 	return out, Result{Injected: true, Warnings: warnings(a.engine, c), Record: rec}, nil
 }
 
@@ -177,14 +178,14 @@ func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if !strings.HasPrefix(strings.ToLower(k), Prefix) || slices.Contains(acceptedAnnotations, k) {
+		if !strings.HasPrefix(strings.ToLower(k), vocab.Prefix) || slices.Contains(acceptedAnnotations, k) {
 			continue
 		}
 		switch strings.ToLower(k) {
-		case AnnotationDomain:
+		case vocab.AnnotationDomain:
 			reason = ReasonDomainAnnotation
-			faults = append(faults, fmt.Sprintf("annotation %s is refused: the reuse domain comes from the KVCachePoolBinding, which registers it and carries its ceiling; remove the annotation and name the Binding whose spec.domain you want in %s", k, AnnotationBinding))
-		case AnnotationInjected, AnnotationClientConfig:
+			faults = append(faults, fmt.Sprintf("annotation %s is refused: the reuse domain comes from the KVCachePoolBinding, which registers it and carries its ceiling; remove the annotation and name the Binding whose spec.domain you want in %s", k, vocab.AnnotationBinding))
+		case vocab.AnnotationInjected, vocab.AnnotationClientConfig:
 			if k == strings.ToLower(k) {
 				a.written = true
 				continue
@@ -195,8 +196,8 @@ func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
 		}
 	}
 	ann := pod.Annotations
-	if v, ok := ann[AnnotationEngine]; !ok || v == "" {
-		faults = append(faults, fmt.Sprintf("annotation %s is required: declare the engine (%s); it is never guessed from the image", AnnotationEngine, strings.Join(engines.Names(), ", ")))
+	if v, ok := ann[vocab.AnnotationEngine]; !ok || v == "" {
+		faults = append(faults, fmt.Sprintf("annotation %s is required: declare the engine (%s); it is never guessed from the image", vocab.AnnotationEngine, strings.Join(engines.Names(), ", ")))
 	} else if e, ok := engines.ByName(v); ok {
 		a.engine = e
 	} else {
@@ -206,32 +207,32 @@ func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
 				hint = fmt.Sprintf(" (the value is case-sensitive: write %s)", n)
 			}
 		}
-		faults = append(faults, fmt.Sprintf("annotation %s: %q is not an engine; use one of %s%s", AnnotationEngine, v, strings.Join(engines.Names(), ", "), hint))
+		faults = append(faults, fmt.Sprintf("annotation %s: %q is not an engine; use one of %s%s", vocab.AnnotationEngine, v, strings.Join(engines.Names(), ", "), hint))
 	}
-	switch v := ann[AnnotationBinding]; {
+	switch v := ann[vocab.AnnotationBinding]; {
 	case v == "":
-		faults = append(faults, fmt.Sprintf("annotation %s is required: name the KVCachePoolBinding in this namespace that grants the cache", AnnotationBinding))
+		faults = append(faults, fmt.Sprintf("annotation %s is required: name the KVCachePoolBinding in this namespace that grants the cache", vocab.AnnotationBinding))
 	case strings.Contains(v, "/"):
-		faults = append(faults, fmt.Sprintf("annotation %s: %q names another namespace; a Pod can only use a KVCachePoolBinding in its own namespace, so give its bare name", AnnotationBinding, v))
+		faults = append(faults, fmt.Sprintf("annotation %s: %q names another namespace; a Pod can only use a KVCachePoolBinding in its own namespace, so give its bare name", vocab.AnnotationBinding, v))
 	default:
 		a.binding = v
 	}
-	switch v, set := ann[AnnotationRole]; {
+	switch v, set := ann[vocab.AnnotationRole]; {
 	case !set:
 	case v == string(engines.RolePrefill) || v == string(engines.RoleDecode):
 		a.role = engines.Role(v)
 	case v == string(kvv1.RoleServer):
-		faults = append(faults, fmt.Sprintf("annotation %s: Server is not a value here; for a plain server leave the annotation off (Server is ModelDeployment's spelling of the same thing)", AnnotationRole))
+		faults = append(faults, fmt.Sprintf("annotation %s: Server is not a value here; for a plain server leave the annotation off (Server is ModelDeployment's spelling of the same thing)", vocab.AnnotationRole))
 	default:
-		faults = append(faults, fmt.Sprintf("annotation %s: %q is not a role; use Prefill or Decode, or leave the annotation off for a plain server", AnnotationRole, v))
+		faults = append(faults, fmt.Sprintf("annotation %s: %q is not a role; use Prefill or Decode, or leave the annotation off for a plain server", vocab.AnnotationRole, v))
 	}
-	a.container = ann[AnnotationContainer]
-	switch v, set := ann[AnnotationLaunchArgsForwarded]; {
+	a.container = ann[vocab.AnnotationContainer]
+	switch v, set := ann[vocab.AnnotationLaunchArgsForwarded]; {
 	case !set:
 	case v == "true":
 		a.forwarded = true
 	default:
-		faults = append(faults, fmt.Sprintf("annotation %s: %q is not accepted; the only value is \"true\" (remove the annotation otherwise)", AnnotationLaunchArgsForwarded, v))
+		faults = append(faults, fmt.Sprintf("annotation %s: %q is not accepted; the only value is \"true\" (remove the annotation otherwise)", vocab.AnnotationLaunchArgsForwarded, v))
 	}
 	if len(faults) > 0 {
 		return a, &Refusal{Reason: reason, Message: strings.Join(faults, "; ")}
@@ -251,7 +252,7 @@ func chooseContainer(pod *corev1.Pod, name string) (*corev1.Container, *Refusal)
 		case 1:
 			return &pod.Spec.Containers[0], nil
 		default:
-			return nil, refuse(ReasonContainer, "the Pod has %d containers (%s): name the engine's with annotation %s; injection never picks one", len(names), strings.Join(names, ", "), AnnotationContainer)
+			return nil, refuse(ReasonContainer, "the Pod has %d containers (%s): name the engine's with annotation %s; injection never picks one", len(names), strings.Join(names, ", "), vocab.AnnotationContainer)
 		}
 	}
 	if c := containerByName(pod, name); c != nil {
@@ -259,10 +260,10 @@ func chooseContainer(pod *corev1.Pod, name string) (*corev1.Container, *Refusal)
 	}
 	for _, c := range pod.Spec.InitContainers {
 		if c.Name == name {
-			return nil, refuse(ReasonContainer, "annotation %s names %q, an init container; name the engine's container, one of %s", AnnotationContainer, name, strings.Join(names, ", "))
+			return nil, refuse(ReasonContainer, "annotation %s names %q, an init container; name the engine's container, one of %s", vocab.AnnotationContainer, name, strings.Join(names, ", "))
 		}
 	}
-	return nil, refuse(ReasonContainer, "annotation %s names %q, which is not a container of this Pod; use one of %s", AnnotationContainer, name, strings.Join(names, ", "))
+	return nil, refuse(ReasonContainer, "annotation %s names %q, which is not a container of this Pod; use one of %s", vocab.AnnotationContainer, name, strings.Join(names, ", "))
 }
 
 func containerByName(pod *corev1.Pod, name string) *corev1.Container {
@@ -301,13 +302,13 @@ func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtyp
 	}
 	if e.VLLMFamily() {
 		for _, v := range pod.Spec.Volumes {
-			if v.Name == engines.ConfigVolume {
+			if v.Name == vocab.ConfigVolume {
 				faults = append(faults, fmt.Sprintf("volume %s is the name injection gives the projected client configuration; rename the Pod's volume", v.Name))
 			}
 		}
 		for _, m := range c.VolumeMounts {
-			if strings.TrimSuffix(m.MountPath, "/") == engines.ConfigMountPath {
-				faults = append(faults, fmt.Sprintf("volume mount %s at %s is where injection projects the client configuration; mount it elsewhere", m.Name, engines.ConfigMountPath))
+			if strings.TrimSuffix(m.MountPath, "/") == vocab.ConfigMountPath {
+				faults = append(faults, fmt.Sprintf("volume mount %s at %s is where injection projects the client configuration; mount it elsewhere", m.Name, vocab.ConfigMountPath))
 			}
 		}
 		if reason == "" && len(faults) > 0 {
@@ -405,7 +406,7 @@ func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.E
 
 // The fields that name a Binding, for Resolve's messages.
 const (
-	NamedByAnnotation = "annotation " + AnnotationBinding
+	NamedByAnnotation = "annotation " + vocab.AnnotationBinding
 	NamedByPoolRef    = "spec.kvCache.poolRef.name"
 )
 

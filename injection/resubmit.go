@@ -13,6 +13,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // ReasonStale refuses a Pod submitted with the written keys when they are not what injection
@@ -33,7 +34,7 @@ func (i *Injector) resubmitted(ctx context.Context, pod *corev1.Pod, namespace s
 	if len(diffs) > 0 {
 		return nil, Result{}, refuse(ReasonStale,
 			"the Pod carries keys injection writes (the output of kvcache inject, or a manifest copied from a running Pod), and they are not what injection writes now for KVCachePoolBinding %s/%s: %s; re-run kvcache inject on the manifest, or drop the written keys (annotations %s and %s, and the injected env, args and volume) and let the webhook inject it",
-			namespace, a.binding, strings.Join(diffs, "; "), AnnotationInjected, AnnotationClientConfig)
+			namespace, a.binding, strings.Join(diffs, "; "), vocab.AnnotationInjected, vocab.AnnotationClientConfig)
 	}
 	return pod.DeepCopy(), res, nil
 }
@@ -43,7 +44,7 @@ func (i *Injector) resubmitted(ctx context.Context, pod *corev1.Pod, namespace s
 // difference; none when they agree, or when the Pod was never injected. A Pod whose Binding no
 // longer resolves, or that injection would refuse now, yields that *Refusal.
 func (i *Injector) Drift(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup) ([]string, error) {
-	if !OptedIn(pod) || pod.Annotations[AnnotationInjected] == "" {
+	if !OptedIn(pod) || pod.Annotations[vocab.AnnotationInjected] == "" {
 		return nil, nil
 	}
 	a, rf := readAnnotations(pod)
@@ -89,15 +90,15 @@ func (i *Injector) writtenNow(ctx context.Context, pod *corev1.Pod, namespace st
 // args (argsMatch is false when the args do not end with them).
 func strip(pod *corev1.Pod, container string, e engines.Engine, frag *engines.Fragment) (*corev1.Pod, bool) {
 	base := pod.DeepCopy()
-	delete(base.Annotations, AnnotationInjected)
-	delete(base.Annotations, AnnotationClientConfig)
+	delete(base.Annotations, vocab.AnnotationInjected)
+	delete(base.Annotations, vocab.AnnotationClientConfig)
 	for k := range frag.Annotations {
 		delete(base.Annotations, k)
 	}
-	base.Spec.Volumes = slices.DeleteFunc(base.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == engines.ConfigVolume })
+	base.Spec.Volumes = slices.DeleteFunc(base.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vocab.ConfigVolume })
 	c := containerByName(base, container)
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name == engines.ConfigVolume || strings.TrimSuffix(m.MountPath, "/") == engines.ConfigMountPath
+		return m.Name == vocab.ConfigVolume || strings.TrimSuffix(m.MountPath, "/") == vocab.ConfigMountPath
 	})
 	// A source variable injection also writes (vLLM's MOONCAKE_CONFIG_PATH) would be refused as
 	// the user's own; it is compared with what injection writes instead.
@@ -127,7 +128,7 @@ func strip(pod *corev1.Pod, container string, e engines.Engine, frag *engines.Fr
 // what they project and where, since the API server defaults a volume's mode).
 func writtenDiffs(got, want *corev1.Pod, container string, e engines.Engine, frag *engines.Fragment) []string {
 	var diffs []string
-	keys := []string{AnnotationInjected}
+	keys := []string{vocab.AnnotationInjected}
 	for k := range frag.Annotations {
 		keys = append(keys, k)
 	}
@@ -157,7 +158,7 @@ func writtenDiffs(got, want *corev1.Pod, container string, e engines.Engine, fra
 		diffs = append(diffs, argsDiffer)
 	}
 	if e.VLLMFamily() && !sameProjection(got, want, gc, wc) {
-		diffs = append(diffs, "volume "+engines.ConfigVolume+" or its mount differs")
+		diffs = append(diffs, "volume "+vocab.ConfigVolume+" or its mount differs")
 	}
 	return diffs
 }
@@ -236,7 +237,7 @@ func envValue(v corev1.EnvVar, n int) string {
 func sameProjection(got, want *corev1.Pod, gc, wc *corev1.Container) bool {
 	items := func(p *corev1.Pod) []string {
 		for _, v := range p.Spec.Volumes {
-			if v.Name != engines.ConfigVolume || v.DownwardAPI == nil {
+			if v.Name != vocab.ConfigVolume || v.DownwardAPI == nil {
 				continue
 			}
 			var out []string
@@ -251,7 +252,7 @@ func sameProjection(got, want *corev1.Pod, gc, wc *corev1.Container) bool {
 	}
 	mount := func(c *corev1.Container) string {
 		for _, m := range c.VolumeMounts {
-			if m.Name == engines.ConfigVolume {
+			if m.Name == vocab.ConfigVolume {
 				return fmt.Sprintf("%s:%t", strings.TrimSuffix(m.MountPath, "/"), m.ReadOnly)
 			}
 		}

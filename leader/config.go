@@ -11,10 +11,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 )
 
-// LabelStoreLeader is set on the launcher's own Pod: "true" while it leads, "false" otherwise,
-// so users and tools can select the serving leader Pod.
-const LabelStoreLeader = "kvcache.gpustack.ai/store-leader"
-
 // Defaults for the election timing, chosen for the two failover budgets:
 //   - graceful (the leader is stopped): the Lease is released, and a standby retries every
 //     RetryPeriod to RetryPeriod*2.2 (client-go's jitter), so it takes over within ~2.2 s;
@@ -48,7 +44,7 @@ type Config struct {
 	// Identity is written as the Lease's holderIdentity: the Pod's name, so the holder names
 	// the Pod.
 	Identity string
-	// PodNamespace/PodName is the launcher's own Pod, labelled with LabelStoreLeader. An empty
+	// PodNamespace/PodName is the launcher's own Pod, labelled with vocab.LabelStoreLeader. An empty
 	// PodName writes no label (out-of-cluster runs).
 	PodNamespace, PodName string
 

@@ -9,7 +9,7 @@
 // process group. A graceful stop (the context ends) stops the master first and releases the
 // Lease second, so a standby can take over at once; a lost Lease kills the master at once and
 // touches the Lease no more; a master that exits by itself releases the Lease. The Pod that
-// leads carries the label [LabelStoreLeader]="true"; a standby writes "false" on its own Pod
+// leads carries the label [vocab.LabelStoreLeader]="true"; a standby writes "false" on its own Pod
 // at start, and a new leader on its predecessor's (which may have died with its node).
 //
 // Process groups are a Unix facility; on other systems [Run] refuses to start the master.

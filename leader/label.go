@@ -10,13 +10,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // labelTimeout bounds a label write on the way out, so an unreachable API server delays a
 // stopping launcher by seconds at most (the next start writes "false" anyway).
 const labelTimeout = 2 * time.Second
 
-// writeLabel sets LabelStoreLeader on the launcher's Pod.
+// writeLabel sets vocab.LabelStoreLeader on the launcher's Pod.
 func (c Config) writeLabel(ctx context.Context, leading bool) error {
 	if c.PodName == "" {
 		return nil
@@ -24,10 +26,10 @@ func (c Config) writeLabel(ctx context.Context, leading bool) error {
 	return c.patchLabel(ctx, c.PodName, leading)
 }
 
-// patchLabel sets LabelStoreLeader on a Pod of the launcher's namespace. A JSON merge patch of
+// patchLabel sets vocab.LabelStoreLeader on a Pod of the launcher's namespace. A JSON merge patch of
 // the one label needs only the pods patch verb, and leaves every other label alone.
 func (c Config) patchLabel(ctx context.Context, pod string, leading bool) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{LabelStoreLeader: strconv.FormatBool(leading)}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{vocab.LabelStoreLeader: strconv.FormatBool(leading)}}})
 	if err != nil {
 		return err
 	}
@@ -46,7 +48,7 @@ func (c Config) labelLeading(ctx context.Context, log logr.Logger, previous stri
 	for {
 		err := c.writeLabel(ctx, true)
 		if err == nil {
-			log.Info("labelled the Pod as leader", "pod", c.PodNamespace+"/"+c.PodName, "label", LabelStoreLeader+"=true")
+			log.Info("labelled the Pod as leader", "pod", c.PodNamespace+"/"+c.PodName, "label", vocab.LabelStoreLeader+"=true")
 			break
 		}
 		if ctx.Err() != nil {
@@ -66,7 +68,7 @@ func (c Config) labelLeading(ctx context.Context, log logr.Logger, previous stri
 	defer cancel()
 	switch err := c.patchLabel(pctx, previous, false); {
 	case err == nil:
-		log.Info("labelled the previous leader's Pod as standby", "pod", c.PodNamespace+"/"+previous, "label", LabelStoreLeader+"=false")
+		log.Info("labelled the previous leader's Pod as standby", "pod", c.PodNamespace+"/"+previous, "label", vocab.LabelStoreLeader+"=false")
 	case apierrors.IsNotFound(err):
 		// Gone already, or the holder was not a Pod of this namespace.
 	default:

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // ErrLeaseLost is returned when the launcher stopped leading without being asked to: renewals
@@ -50,7 +52,7 @@ func Run(ctx context.Context, c Config) error {
 		if ctx.Err() != nil {
 			return nil // stopped before it began
 		}
-		return fmt.Errorf("labelling Pod %s/%s %s=false (the launcher needs pods patch there): %w", c.PodNamespace, c.PodName, LabelStoreLeader, err)
+		return fmt.Errorf("labelling Pod %s/%s %s=false (the launcher needs pods patch there): %w", c.PodNamespace, c.PodName, vocab.LabelStoreLeader, err)
 	}
 
 	lock := newFencedLock(&resourcelock.LeaseLock{

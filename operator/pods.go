@@ -10,6 +10,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // InjectedBindingField indexes opted-in Pods by the Binding their injection record names, as
@@ -29,7 +30,7 @@ func IndexPodsByInjectedBinding(ctx context.Context, indexer client.FieldIndexer
 
 // injectedBinding is the Binding an opted-in Pod's injection record names ("" for any other).
 func injectedBinding(p *corev1.Pod) string {
-	if p.Labels[injection.LabelInject] != "true" {
+	if p.Labels[vocab.LabelInject] != "true" {
 		return ""
 	}
 	rec, _ := injection.RecordOf(p)
@@ -48,7 +49,7 @@ func InjectedPods(ctx context.Context, r client.Reader, namespace, name string) 
 // DeploymentPods lists the running Pods rendered for a ModelDeployment.
 func DeploymentPods(ctx context.Context, r client.Reader, md *kvv1.ModelDeployment) ([]corev1.Pod, error) {
 	l := &corev1.PodList{}
-	if err := r.List(ctx, l, client.InNamespace(md.Namespace), client.MatchingLabels{injection.LabelModelDeployment: md.Name}); err != nil {
+	if err := r.List(ctx, l, client.InNamespace(md.Namespace), client.MatchingLabels{vocab.LabelModelDeployment: md.Name}); err != nil {
 		return nil, err
 	}
 	return running(l.Items), nil
@@ -106,7 +107,7 @@ func podUse(p *corev1.Pod) PodUse {
 // engineContainer is the container injection wrote into: the one the container annotation
 // names, or the only one.
 func engineContainer(p *corev1.Pod) *corev1.Container {
-	name := p.Annotations[injection.AnnotationContainer]
+	name := p.Annotations[vocab.AnnotationContainer]
 	for i := range p.Spec.Containers {
 		if name == "" && len(p.Spec.Containers) == 1 || p.Spec.Containers[i].Name == name {
 			return &p.Spec.Containers[i]

@@ -18,6 +18,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // typicalPod is the injection reference's bare vLLM Pod.
@@ -25,10 +26,10 @@ func typicalPod() *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "team-a",
-			Labels: map[string]string{injection.LabelInject: "true"},
+			Labels: map[string]string{vocab.LabelInject: "true"},
 			Annotations: map[string]string{
-				injection.AnnotationBinding: "team-a", injection.AnnotationEngine: "vLLM",
-				injection.AnnotationRole: "Decode", injection.AnnotationContainer: "server",
+				vocab.AnnotationBinding: "team-a", vocab.AnnotationEngine: "vLLM",
+				vocab.AnnotationRole: "Decode", vocab.AnnotationContainer: "server",
 			}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "server", Image: "vllm/vllm-openai:v0.29.0",

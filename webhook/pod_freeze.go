@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // PodFreeze refuses updates that would change what injection decided for a live Pod: the
@@ -60,15 +61,15 @@ func FreezeFaults(oldPod, newPod *corev1.Pod) []string {
 	var faults []string
 	if was, is := injection.OptedIn(oldPod), injection.OptedIn(newPod); was != is {
 		faults = append(faults, fmt.Sprintf("label %s changes the Pod's opt-in state (%q to %q), which is fixed at creation because injection runs only then; change the workload's Pod template instead, and the change takes effect when the workload rolls",
-			injection.LabelInject, oldPod.Labels[injection.LabelInject], newPod.Labels[injection.LabelInject]))
+			vocab.LabelInject, oldPod.Labels[vocab.LabelInject], newPod.Labels[vocab.LabelInject]))
 	}
-	if was, is := oldPod.Labels[injection.LabelModelDeployment], newPod.Labels[injection.LabelModelDeployment]; was != is {
+	if was, is := oldPod.Labels[vocab.LabelModelDeployment], newPod.Labels[vocab.LabelModelDeployment]; was != is {
 		faults = append(faults, fmt.Sprintf("label %s names the ModelDeployment the Pod was rendered for (%q to %q) and holds its configuration frozen; it is fixed at creation, so change the ModelDeployment instead and its Pods roll",
-			injection.LabelModelDeployment, was, is))
+			vocab.LabelModelDeployment, was, is))
 	}
 	for _, k := range []struct{ key, why string }{
-		{injection.AnnotationInjected, "it records what injection decided at creation"},
-		{injection.AnnotationClientConfig, "the running container reads it through a projected file, so an edit would swap the store address, transport or segment sizes under it"},
+		{vocab.AnnotationInjected, "it records what injection decided at creation"},
+		{vocab.AnnotationClientConfig, "the running container reads it through a projected file, so an edit would swap the store address, transport or segment sizes under it"},
 	} {
 		o, hadOld := oldPod.Annotations[k.key]
 		n, hasNew := newPod.Annotations[k.key]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // A request whose object is not a Pod is answered 400 with the decode error, and counted as
@@ -41,6 +42,6 @@ func TestPodMutatorAnswersUndecodableObjectsWithBadRequest(t *testing.T) {
 	}
 	// Decoding is case sensitive, as the API server's serializer: "Metadata" is an unknown
 	// field, so the labels under it do not opt the Pod in.
-	o := admit(`{"kind":"Pod","apiVersion":"v1","Metadata":{"labels":{"` + injection.LabelInject + `":"true"}}}`)
+	o := admit(`{"kind":"Pod","apiVersion":"v1","Metadata":{"labels":{"` + vocab.LabelInject + `":"true"}}}`)
 	assert.Equal(t, OutcomeIgnored, o.Result)
 }

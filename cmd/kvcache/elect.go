@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/kvcache-operator/kvcache/leader"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // exitFailure is a launcher that ran and ended badly: it lost the Lease, or could not start.
@@ -39,7 +40,7 @@ master) only while it holds it. A standby runs no master, so the master's readin
 and the leader Service routes only to the serving one.
 
 On SIGTERM or SIGINT the master is stopped (SIGTERM, then SIGKILL after --stop-grace), the Pod's
-` + leader.LabelStoreLeader + ` label is set to "false", then the Lease is released, and elect
+` + vocab.LabelStoreLeader + ` label is set to "false", then the Lease is released, and elect
 exits 0 after --linger. On a lost Lease the master is killed at once and elect exits 1. When the master exits
 by itself, the Lease is released and elect exits with the master's code (1 if it was 0).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,7 +92,7 @@ by itself, the Lease is released and elect exits with the master's code (1 if it
 	f.StringVar(&c.LeaseName, "lease-name", "", "the Lease to campaign for: the backend's <backend>-leader")
 	f.StringVar(&c.LeaseNamespace, "lease-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Lease (default: $POD_NAMESPACE)")
 	f.StringVar(&c.Identity, "identity", os.Getenv("POD_NAME"), "holder identity written to the Lease; the Pod's name, so the holder names the Pod (default: $POD_NAME)")
-	f.StringVar(&c.PodName, "pod-name", os.Getenv("POD_NAME"), "this launcher's Pod, labelled "+leader.LabelStoreLeader+"=true while it leads, false otherwise; empty: no label (default: $POD_NAME)")
+	f.StringVar(&c.PodName, "pod-name", os.Getenv("POD_NAME"), "this launcher's Pod, labelled "+vocab.LabelStoreLeader+"=true while it leads, false otherwise; empty: no label (default: $POD_NAME)")
 	f.StringVar(&c.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "namespace of --pod-name (default: $POD_NAMESPACE)")
 	f.DurationVar(&c.LeaseDuration, "lease-duration", leader.DefaultLeaseDuration, "how long a standby waits on a Lease that is not renewed before it takes over (whole seconds)")
 	f.DurationVar(&c.RenewDeadline, "renew-deadline", leader.DefaultRenewDeadline, "how long the leader tolerates failing renewals before it kills its master; less than --lease-duration")

@@ -41,6 +41,7 @@ import (
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/vocab"
 	"github.com/kvcache-operator/kvcache/webhook"
 )
 
@@ -254,9 +255,9 @@ func ValidatePath(kind string) string {
 // ModelDeployments carry another label, and one selector cannot say "either label": they have
 // their own cache (deploymentPodCache).
 func cacheOptions(systemNamespace string) cache.Options {
-	managed := labels.SelectorFromSet(labels.Set{generator.LabelManagedBy: generator.ManagedBy})
-	store := labels.SelectorFromSet(labels.Set{generator.LabelName: generator.StoreName})
-	injected := labels.SelectorFromSet(labels.Set{injection.LabelInject: "true"})
+	managed := labels.SelectorFromSet(labels.Set{vocab.LabelManagedBy: vocab.ManagedBy})
+	store := labels.SelectorFromSet(labels.Set{vocab.LabelName: vocab.StoreName})
+	injected := labels.SelectorFromSet(labels.Set{vocab.LabelInject: "true"})
 	inSystem := map[string]cache.Config{systemNamespace: {}}
 	return cache.Options{
 		// managedFields are never read here: not caching them saves memory and every copy.
@@ -282,7 +283,7 @@ func cacheOptions(systemNamespace string) cache.Options {
 // deploymentPodCache is a cache of the Pods rendered for ModelDeployments alone (those carrying
 // the ModelDeployment label, in every namespace).
 func deploymentPodCache(mgr ctrl.Manager) (cache.Cache, error) {
-	rendered, err := labels.NewRequirement(injection.LabelModelDeployment, selection.Exists, nil)
+	rendered, err := labels.NewRequirement(vocab.LabelModelDeployment, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}

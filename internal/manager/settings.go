@@ -24,7 +24,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
-	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // AnnotationReleaseValue on a catalog Setting records the value the release last gave it. While
@@ -159,7 +159,7 @@ func (r *settingCatalog) desired(name string) *kvv1.Setting {
 	return &kvv1.Setting{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
-			Labels:      map[string]string{generator.LabelManagedBy: generator.ManagedBy},
+			Labels:      map[string]string{vocab.LabelManagedBy: vocab.ManagedBy},
 			Annotations: map[string]string{AnnotationReleaseValue: r.values[name]},
 		},
 		Spec: kvv1.SettingSpec{Value: r.values[name]},

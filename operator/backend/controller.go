@@ -36,6 +36,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // DefaultPollInterval is how often a backend's store is read when nothing else happens.
@@ -113,10 +114,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func byInstanceLabel(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
-	if l[generator.LabelName] != generator.StoreName || l[generator.LabelInstance] == "" {
+	if l[vocab.LabelName] != vocab.StoreName || l[vocab.LabelInstance] == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: l[generator.LabelInstance]}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: l[vocab.LabelInstance]}}}
 }
 
 func (r *Reconciler) byLease(_ context.Context, o client.Object) []reconcile.Request {
@@ -326,7 +327,7 @@ func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (
 	name := generator.LeaderName(b.Name)
 	workloads := []client.Object{&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.SystemNamespace, Name: name}}}
 	members := &appsv1.DaemonSetList{}
-	if err := r.Client.List(ctx, members, client.InNamespace(r.SystemNamespace), client.MatchingLabels{generator.LabelInstance: b.Name}); err != nil {
+	if err := r.Client.List(ctx, members, client.InNamespace(r.SystemNamespace), client.MatchingLabels{vocab.LabelInstance: b.Name}); err != nil {
 		return "", err
 	}
 	for i := range members.Items {
@@ -341,7 +342,7 @@ func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (
 	}
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{
-		generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name, generator.LabelComponent: "leader",
+		vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name, vocab.LabelComponent: "leader",
 	}); err != nil {
 		return "", err
 	}
@@ -429,7 +430,7 @@ func (r *Reconciler) holdReplicasForTemplate(ctx context.Context, s *state, d *a
 	if d.Annotations == nil {
 		d.Annotations = map[string]string{}
 	}
-	d.Annotations[annotationTemplateHash] = want
+	d.Annotations[vocab.AnnotationTemplateHash] = want
 	live := &appsv1.Deployment{}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(d), live); err != nil {
 		return client.IgnoreNotFound(err)
@@ -443,15 +444,12 @@ func (r *Reconciler) holdReplicasForTemplate(ctx context.Context, s *state, d *a
 	if *d.Spec.Replicas <= hold {
 		return nil
 	}
-	if live.Annotations[annotationTemplateHash] != want || !rolledOut(live) {
+	if live.Annotations[vocab.AnnotationTemplateHash] != want || !rolledOut(live) {
 		s.replicasHeld = *d.Spec.Replicas
 		*d.Spec.Replicas = hold
 	}
 	return nil
 }
-
-// annotationTemplateHash on the leader Deployment records the pod template it was given.
-const annotationTemplateHash = "kvcache.gpustack.ai/template-hash"
 
 // rolledOut reports whether a Deployment's current template runs on every replica and one is
 // available (only one leader replica is ever ready).
@@ -471,7 +469,7 @@ func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered
 	for _, o := range rendered {
 		keep[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = true
 	}
-	sel := client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name, generator.LabelManagedBy: generator.ManagedBy}
+	sel := client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name, vocab.LabelManagedBy: vocab.ManagedBy}
 	type child struct {
 		kind string
 		obj  client.Object
@@ -497,7 +495,7 @@ func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered
 		}
 	}
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name}); err != nil {
 		return err
 	}
 	for i := range pods.Items {
@@ -525,11 +523,11 @@ func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered
 func (r *Reconciler) restartStaleMembers(ctx context.Context, s *state) error {
 	b := s.backend
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{generator.LabelName: generator.StoreName, generator.LabelInstance: b.Name}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name}); err != nil {
 		return err
 	}
 	for _, p := range pods.Items {
-		if c := p.Labels[generator.LabelComponent]; c != "leader" && c != "" {
+		if c := p.Labels[vocab.LabelComponent]; c != "leader" && c != "" {
 			s.memberPods = append(s.memberPods, p)
 		}
 	}
@@ -539,19 +537,19 @@ func (r *Reconciler) restartStaleMembers(ctx context.Context, s *state) error {
 		if !ok {
 			continue
 		}
-		want := ds.Spec.Template.Labels[generator.LabelPodSpecHash]
-		component := ds.Labels[generator.LabelComponent]
+		want := ds.Spec.Template.Labels[vocab.LabelPodSpecHash]
+		component := ds.Labels[vocab.LabelComponent]
 		var stale []corev1.Pod
 		allReady := true
 		for _, p := range s.memberPods {
-			if p.Labels[generator.LabelComponent] != component {
+			if p.Labels[vocab.LabelComponent] != component {
 				continue
 			}
 			if !p.DeletionTimestamp.IsZero() {
 				allReady = false // a member is already away
 				continue
 			}
-			if p.Labels[generator.LabelPodSpecHash] != want {
+			if p.Labels[vocab.LabelPodSpecHash] != want {
 				stale = append(stale, p)
 			} else if !podReady(&p) {
 				allReady = false

@@ -32,13 +32,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/rules"
-)
-
-// Labels of a ModelDeployment's children (templates/modeldeployment).
-const (
-	labelName  = "app.kubernetes.io/name"
-	childName  = "model-deployment"
-	labelOwner = "app.kubernetes.io/instance"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // Reconciler reconciles ModelDeployments.
@@ -69,7 +63,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Pods != nil {
 		// A Pod turning Ready starts the window CacheAttached is judged over.
 		b = b.WatchesRawSource(source.Kind(r.Pods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
-			if md := p.Labels[injection.LabelModelDeployment]; md != "" {
+			if md := p.Labels[vocab.LabelModelDeployment]; md != "" {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: md}}}
 			}
 			return nil
@@ -258,7 +252,7 @@ func (r *Reconciler) prune(ctx context.Context, s *state) error {
 	for _, o := range s.rendered {
 		keep[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = true
 	}
-	sel := client.MatchingLabels{labelName: childName, labelOwner: s.md.Name}
+	sel := client.MatchingLabels{vocab.LabelName: vocab.ModelDeploymentName, vocab.LabelInstance: s.md.Name}
 	for kind, list := range map[string]client.ObjectList{"Deployment": &appsv1.DeploymentList{}, "Service": &corev1.ServiceList{}} {
 		if err := r.Client.List(ctx, list, client.InNamespace(s.md.Namespace), sel); err != nil {
 			return err
@@ -315,7 +309,7 @@ func (r *Reconciler) observePods(ctx context.Context, s *state) error {
 		return err
 	}
 	for i := range pods {
-		it, err := r.instanceType(ctx, roleInstanceType(s.md, pods[i].Labels[generator.LabelComponent]))
+		it, err := r.instanceType(ctx, roleInstanceType(s.md, pods[i].Labels[vocab.LabelComponent]))
 		if err != nil {
 			return err
 		}

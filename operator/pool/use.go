@@ -22,6 +22,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/rules"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // What a Binding's tenant is used for: which Pods use it, whether the store sees it written,
@@ -112,7 +113,7 @@ func (r *Reconciler) podsOf(ctx context.Context, b *kvv1.KVCachePoolBinding, mds
 // instanceTypeOf is the InstanceType of the role a ModelDeployment's Pod runs (nil when none
 // resolves): on an Ascend one, vLLM runs as vLLM-Ascend.
 func (r *Reconciler) instanceTypeOf(ctx context.Context, md *kvv1.ModelDeployment, p *corev1.Pod) *kvv1.InstanceType {
-	role := p.Labels[generator.LabelComponent]
+	role := p.Labels[vocab.LabelComponent]
 	for _, ro := range md.Spec.Roles {
 		if ro.Name != role || ro.InstanceType == "" {
 			continue
@@ -236,7 +237,7 @@ func (r *Reconciler) setDrift(ctx context.Context, s *state, b *kvv1.KVCachePool
 	var stale []finding
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[injection.AnnotationInjected] == "" {
+		if p.Annotations[vocab.AnnotationInjected] == "" {
 			continue
 		}
 		what, transient, err := s.drift.judge(ctx, r.Injector, p, lookup, fp)

@@ -9,5 +9,5 @@ absent on purpose: the engine computes its own at start, when the Pod has an add
 is always the Binding's domain; a master without a tenant ledger ignores it.
 */}}
 {{- define "engines.clientConfig" -}}
-{"metadata_server":"P2PHANDSHAKE","master_server_address":{{ toJson .Master }},"protocol":{{ toJson .Protocol }},"device_name":"","global_segment_size":0,"local_buffer_size":{{ .LocalBufferSize }},"tenant_id":{{ toJson .Tenant }}{{ with .Mode }},"mode":{{ toJson . }}{{ end }}}
+{"metadata_server":{{ toJson .Names.MetadataServer }},"master_server_address":{{ toJson .Master }},"protocol":{{ toJson .Protocol }},"device_name":"","global_segment_size":0,"local_buffer_size":{{ .LocalBufferSize }},"tenant_id":{{ toJson .Tenant }}{{ with .Mode }},"mode":{{ toJson . }}{{ end }}}
 {{- end }}

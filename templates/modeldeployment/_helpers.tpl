@@ -2,15 +2,15 @@
 Partials of the ModelDeployment templates. Context: (dict "Root" $ "Role" $role).
 */}}
 {{- define "md.selectorLabels" -}}
-app.kubernetes.io/name: model-deployment
-app.kubernetes.io/instance: {{ toJson .Root.Name }}
-app.kubernetes.io/component: {{ toJson .Role.Name }}
+{{ .Root.Names.LabelName }}: {{ toJson .Root.Names.ModelDeploymentName }}
+{{ .Root.Names.LabelInstance }}: {{ toJson .Root.Name }}
+{{ .Root.Names.LabelComponent }}: {{ toJson .Role.Name }}
 {{- end }}
 
 {{- define "md.labels" -}}
 {{ include "md.selectorLabels" . }}
-app.kubernetes.io/managed-by: kvcache-operator
-worker.gpustack.ai/role-kind: {{ toJson .Role.Kind }}
+{{ .Root.Names.LabelManagedBy }}: {{ toJson .Root.Names.ManagedBy }}
+{{ .Root.Names.LabelRoleKind }}: {{ toJson .Role.Kind }}
 {{- end }}
 
 {{- define "md.metadata" -}}

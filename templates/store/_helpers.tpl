@@ -5,14 +5,14 @@ Context of each partial: (dict "Root" $ "Component" "<component>" ["Name" "<obje
 */}}
 
 {{- define "store.selectorLabels" -}}
-app.kubernetes.io/name: kv-cache-backend
-app.kubernetes.io/instance: {{ toJson .Root.Name }}
-app.kubernetes.io/component: {{ toJson .Component }}
+{{ .Root.Names.LabelName }}: {{ toJson .Root.Names.StoreName }}
+{{ .Root.Names.LabelInstance }}: {{ toJson .Root.Name }}
+{{ .Root.Names.LabelComponent }}: {{ toJson .Component }}
 {{- end }}
 
 {{- define "store.labels" -}}
 {{ include "store.selectorLabels" . }}
-app.kubernetes.io/managed-by: kvcache-operator
+{{ .Root.Names.LabelManagedBy }}: {{ toJson .Root.Names.ManagedBy }}
 {{- end }}
 
 {{- define "store.metadata" -}}

@@ -38,9 +38,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/generator"
-	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 const serviceAccount = "system:serviceaccount:" + namespace + ":" + release + "-kvcache-operator"
@@ -216,12 +215,12 @@ func TestChartInstallsAndItsManagerServesTheWebhooks(t *testing.T) {
 	assert.Equal(t, secret.Data["tls.crt"], after.Data["tls.crt"], "the upgrade keeps the certificate the manager wrote")
 	waitSetting(t, env, kvv1.SettingKVCacheBackendImage, "gpustack/mirrored-mooncake:0.3.13.post1-cpu-rebuilt")
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "after-upgrade", Labels: map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: "legacy", injection.AnnotationEngine: "vLLM"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "after-upgrade", Labels: map[string]string{vocab.LabelInject: "true"},
+			Annotations: map[string]string{vocab.AnnotationBinding: "legacy", vocab.AnnotationEngine: "vLLM"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 	}
 	require.NoError(t, env.Client.Create(ctx, pod), "admission works after the upgrade")
-	assert.Contains(t, pod.Annotations, injection.AnnotationInjected)
+	assert.Contains(t, pod.Annotations, vocab.AnnotationInjected)
 	mgr.stop()
 	assertRBACMatchesRequests(t, auditLog)
 }
@@ -348,8 +347,8 @@ func exercise(t *testing.T, env *testenv.Env) {
 		return env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-member-0"}, &appsv1.DaemonSet{}) == nil
 	}, 30*time.Second, 100*time.Millisecond)
 	stale := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpustack-system", Name: "tenants-member-0-old", Labels: map[string]string{
-		generator.LabelName: generator.StoreName, generator.LabelInstance: "tenants", generator.LabelComponent: "member-0",
-		generator.LabelManagedBy: generator.ManagedBy, generator.LabelPodSpecHash: "stale"}},
+		vocab.LabelName: vocab.StoreName, vocab.LabelInstance: "tenants", vocab.LabelComponent: "member-0",
+		vocab.LabelManagedBy: vocab.ManagedBy, vocab.LabelPodSpecHash: "stale"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "member", Image: "x"}}}}
 	require.NoError(t, env.Client.Create(ctx, stale))
 	require.Eventually(t, func() bool {
@@ -397,8 +396,8 @@ func exercise(t *testing.T, env *testenv.Env) {
 	}, 30*time.Second, 100*time.Millisecond, "the pool publishes its endpoint and MultiTenancyDisabled")
 
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "bench", Labels: map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: "legacy", injection.AnnotationEngine: "vLLM"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "bench", Labels: map[string]string{vocab.LabelInject: "true"},
+			Annotations: map[string]string{vocab.AnnotationBinding: "legacy", vocab.AnnotationEngine: "vLLM"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 	}
 	require.NoError(t, env.Client.Create(ctx, pod))
@@ -424,7 +423,7 @@ func exercise(t *testing.T, env *testenv.Env) {
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qwen-chat-canary"}, &corev1.Service{}))
 	}, 30*time.Second, 100*time.Millisecond, "the removed role is pruned")
 	assert.JSONEq(t, `{"binding":"legacy","engine":"vllm","vehicle":"file","domain":"default","tenantInjected":true,"launchProgram":"vllm","launchArgsForwarded":false}`,
-		pod.Annotations[injection.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
+		pod.Annotations[vocab.AnnotationInjected], "the labelled Pod was injected by the chart-installed webhook")
 
 	// A backend deleted: its leader goes first, then the election Lease its launchers created
 	// (which nothing else would remove).

@@ -30,10 +30,10 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
-	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/manager"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // query is one PromQL expression the chart ships, and where.
@@ -308,8 +308,8 @@ func scrapeManager(t *testing.T) map[string]bool {
 	}, 30*time.Second, 100*time.Millisecond, "the Binding is granted")
 	// Through the webhook: one Pod injected, one refused.
 	pod := func(name, binding string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: binding, injection.AnnotationEngine: "vLLM"}},
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{vocab.LabelInject: "true"},
+			Annotations: map[string]string{vocab.AnnotationBinding: binding, vocab.AnnotationEngine: "vLLM"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}}}
 	}
 	injected := pod("vllm-0", "chat")

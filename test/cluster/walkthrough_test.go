@@ -33,7 +33,7 @@ import (
 	"github.com/kvcache-operator/kvcache/check"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
-	"github.com/kvcache-operator/kvcache/leader"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // The release as the README installs it, and the walkthrough's names.
@@ -631,7 +631,7 @@ func (w *walk) scaleLeader(t *testing.T) {
 	require.NoError(t, err, "the first leader Pod stays")
 	assert.Equal(t, first.UID, now.UID)
 	assert.Nil(t, now.DeletionTimestamp)
-	assert.Equal(t, "true", now.Labels[leader.LabelStoreLeader], "the first leader Pod still leads")
+	assert.Equal(t, "true", now.Labels[vocab.LabelStoreLeader], "the first leader Pod still leads")
 	ok, msg := backendReady(getBackend(t, backendName), w.full)
 	assert.True(t, ok, msg)
 }

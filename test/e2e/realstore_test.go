@@ -39,6 +39,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 const (
@@ -340,8 +341,8 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	vllm := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: tenantNamespace, Name: "vllm-0",
-			Labels:      map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: bindingName, injection.AnnotationEngine: "vLLM"}},
+			Labels:      map[string]string{vocab.LabelInject: "true"},
+			Annotations: map[string]string{vocab.AnnotationBinding: bindingName, vocab.AnnotationEngine: "vLLM"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0",
 			Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 	}
@@ -351,7 +352,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Injected)
 	assert.Equal(t, injection.Record{Binding: bindingName, Engine: "vllm", Vehicle: "file", Domain: domainName, TenantInjected: true, LaunchProgram: "vllm"}, res.Record)
-	clientConfig := injected.Annotations[injection.AnnotationClientConfig]
+	clientConfig := injected.Annotations[vocab.AnnotationClientConfig]
 	require.JSONEq(t, `{"metadata_server":"P2PHANDSHAKE","master_server_address":"mooncake-dram-leader.gpustack-system.svc:50051",
 		"protocol":"tcp","device_name":"","global_segment_size":0,"local_buffer_size":134217728,"tenant_id":"team-a-chat","mode":"standalone-store"}`, clientConfig)
 	engineC := injected.Spec.Containers[0]

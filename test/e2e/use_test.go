@@ -27,6 +27,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // tenantsUse runs the operator (TestRealStoreEndToEnd's manager and envtest) against a second
@@ -91,8 +92,8 @@ func tenantsUse(t *testing.T, env *testenv.Env) {
 	inject := func(name string) *corev1.Pod {
 		t.Helper()
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: tenantNamespace, Name: name, Labels: map[string]string{injection.LabelInject: "true"},
-				Annotations: map[string]string{injection.AnnotationBinding: "chat", injection.AnnotationEngine: "vLLM"}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: tenantNamespace, Name: name, Labels: map[string]string{vocab.LabelInject: "true"},
+				Annotations: map[string]string{vocab.AnnotationBinding: "chat", vocab.AnnotationEngine: "vLLM"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 		}
 		// What the webhook does on CREATE, then what the kubelet reports once it runs.
@@ -113,7 +114,7 @@ func tenantsUse(t *testing.T, env *testenv.Env) {
 	write := func(p *corev1.Pod, key string, bytes, more int, readMore bool) clientResult {
 		t.Helper()
 		var doc map[string]any
-		dec := json.NewDecoder(strings.NewReader(p.Annotations[injection.AnnotationClientConfig]))
+		dec := json.NewDecoder(strings.NewReader(p.Annotations[vocab.AnnotationClientConfig]))
 		dec.UseNumber()
 		require.NoError(t, dec.Decode(&doc))
 		doc["local_hostname"] = "127.0.0.1"
@@ -206,7 +207,7 @@ func tenantsUse(t *testing.T, env *testenv.Env) {
 	assert.Contains(t, current.Message, "roll their workloads")
 	// A Pod injected now is current and reaches the master at the new address.
 	fresh := inject("fresh-0")
-	assert.Contains(t, fresh.Annotations[injection.AnnotationClientConfig], `"master_server_address":"`+newAddr+`"`)
+	assert.Contains(t, fresh.Annotations[vocab.AnnotationClientConfig], `"master_server_address":"`+newAddr+`"`)
 	cr = write(fresh, "block-fresh", 4096, 0, false)
 	assert.Equal(t, 0, cr.Put)
 	time.Sleep(2 * pollInterval)

@@ -32,7 +32,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
-	"github.com/kvcache-operator/kvcache/leader"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 func startEnvtest(t *testing.T) *testenv.Env {
@@ -285,7 +285,7 @@ func leaderLabel(ctx context.Context, c client.Client, pod string) (string, erro
 	if err := c.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: pod}, p); err != nil {
 		return "", err
 	}
-	return p.Labels[leader.LabelStoreLeader], nil
+	return p.Labels[vocab.LabelStoreLeader], nil
 }
 
 // poll retries f every 20 ms until it returns nil or d passes, and returns when it succeeded

@@ -37,6 +37,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 	"github.com/kvcache-operator/kvcache/leader"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 const (
@@ -297,7 +298,7 @@ func (cl *haCluster) labels(lead *leaderPod, skip string) error {
 			return err
 		}
 		if got != want {
-			return fmt.Errorf("Pod %s: %s=%q, want %q", p.name, leader.LabelStoreLeader, got, want)
+			return fmt.Errorf("Pod %s: %s=%q, want %q", p.name, vocab.LabelStoreLeader, got, want)
 		}
 	}
 	return nil
@@ -486,7 +487,7 @@ func (cl *haCluster) predecessorUnlabelled(lead, old *leaderPod) {
 			return err
 		}
 		if label != "false" {
-			return fmt.Errorf("Pod %s: %s=%q", old.name, leader.LabelStoreLeader, label)
+			return fmt.Errorf("Pod %s: %s=%q", old.name, vocab.LabelStoreLeader, label)
 		}
 		return nil
 	})

@@ -19,6 +19,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 const wait = 20 * time.Second
@@ -119,7 +120,7 @@ func children(t *testing.T, backend string) map[string]client.Object {
 func childrenOf(t *testing.T, backend string, lists ...client.ObjectList) map[string]client.Object {
 	t.Helper()
 	out := map[string]client.Object{}
-	sel := client.MatchingLabels{generator.LabelInstance: backend}
+	sel := client.MatchingLabels{vocab.LabelInstance: backend}
 	for _, l := range lists {
 		require.NoError(t, env.Client.List(context.Background(), l, client.InNamespace(systemNamespace), sel))
 		items, err := meta.ExtractList(l)

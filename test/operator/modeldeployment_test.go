@@ -29,11 +29,11 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
-	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 func eventuallyMD(t *testing.T, name, what string, f func(md *kvv1.ModelDeployment) bool) *kvv1.ModelDeployment {
@@ -220,7 +220,7 @@ func TestModelDeploymentReportsAnUnusableBinding(t *testing.T) {
 // one, started for the test.
 func renderedPodCache(t *testing.T) cache.Cache {
 	t.Helper()
-	req, err := labels.NewRequirement(injection.LabelModelDeployment, selection.Exists, nil)
+	req, err := labels.NewRequirement(vocab.LabelModelDeployment, selection.Exists, nil)
 	require.NoError(t, err)
 	c, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme(),
 		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)}}})

@@ -19,6 +19,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // externalBackend declares a store the operator only observes, whose engines connect to
@@ -39,8 +40,8 @@ func injectPod(t *testing.T, ns, name, binding string) *corev1.Pod {
 	r, err := generator.NewRenderer()
 	require.NoError(t, err)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{injection.LabelInject: "true"},
-			Annotations: map[string]string{injection.AnnotationBinding: binding, injection.AnnotationEngine: "vLLM"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{vocab.LabelInject: "true"},
+			Annotations: map[string]string{vocab.AnnotationBinding: binding, vocab.AnnotationEngine: "vLLM"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 	}
 	injected, res, err := injection.New(r).Inject(ctx, pod, ns, injection.ClientLookup{Cached: env.Client, Live: env.Client})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // repo is the repository's top directory, found from this file's place in it.
@@ -295,19 +296,19 @@ func injectedCases(t *testing.T) []harnessCase {
 		if !ok {
 			continue
 		}
-		raw, ok := tpl.Annotations[injection.AnnotationInjected]
+		raw, ok := tpl.Annotations[vocab.AnnotationInjected]
 		if !ok {
 			continue // not injected (unlabelled, or opted out); nothing an engine would read
 		}
 		var rec injection.Record
 		if err := json.Unmarshal([]byte(raw), &rec); err != nil {
-			t.Fatalf("%s: %s is not an injection record: %v", d.label(), injection.AnnotationInjected, err)
+			t.Fatalf("%s: %s is not an injection record: %v", d.label(), vocab.AnnotationInjected, err)
 		}
-		target := tpl.Annotations[injection.AnnotationContainer]
+		target := tpl.Annotations[vocab.AnnotationContainer]
 		if target == "" {
 			if len(tpl.Spec.Containers) != 1 {
 				t.Fatalf("%s: injected, %d containers and no %s annotation: cannot tell which the engine's is",
-					d.label(), len(tpl.Spec.Containers), injection.AnnotationContainer)
+					d.label(), len(tpl.Spec.Containers), vocab.AnnotationContainer)
 			}
 			target = tpl.Spec.Containers[0].Name
 		}
@@ -355,7 +356,7 @@ func engineOf(c corev1.Container) string {
 // cacheAttached: the container carries a store client configuration (the projected file, or
 // SGLang's MOONCAKE_* variables, or a storage flag).
 func cacheAttached(tpl *corev1.PodTemplateSpec, c corev1.Container) bool {
-	if _, ok := tpl.Annotations[injection.AnnotationClientConfig]; ok {
+	if _, ok := tpl.Annotations[vocab.AnnotationClientConfig]; ok {
 		return true
 	}
 	for _, e := range c.Env {
@@ -470,20 +471,20 @@ func withClientConfig(t *testing.T, c harnessCase, edit func(map[string]any)) ha
 	for k, v := range c.Pod.Annotations {
 		out.Pod.Annotations[k] = v
 	}
-	raw, ok := c.Pod.Annotations[injection.AnnotationClientConfig]
+	raw, ok := c.Pod.Annotations[vocab.AnnotationClientConfig]
 	if !ok {
-		t.Fatalf("%s has no %s", c.Name, injection.AnnotationClientConfig)
+		t.Fatalf("%s has no %s", c.Name, vocab.AnnotationClientConfig)
 	}
 	var cfg map[string]any
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		t.Fatalf("%s: %s: %v", c.Name, injection.AnnotationClientConfig, err)
+		t.Fatalf("%s: %s: %v", c.Name, vocab.AnnotationClientConfig, err)
 	}
 	edit(cfg)
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out.Pod.Annotations[injection.AnnotationClientConfig] = string(b)
+	out.Pod.Annotations[vocab.AnnotationClientConfig] = string(b)
 	for p, content := range c.Files {
 		if content == raw {
 			content = string(b)

@@ -24,6 +24,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // liveCheck runs `kvcache check` against the suite's API server, for team-a.
@@ -112,7 +113,7 @@ func otherCA(t *testing.T) []byte {
 // one still current passes.
 func TestCheckFindsPodsInjectedForAStoreThatMoved(t *testing.T) {
 	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
-	p, err := create(t, vllmPod(map[string]string{injection.LabelInject: "true"}), "drifting")
+	p, err := create(t, vllmPod(map[string]string{vocab.LabelInject: "true"}), "drifting")
 	require.NoError(t, err)
 	object := "Pod/" + userNamespace + "/" + p.Name
 	current := findings(liveCheck(t), "pod.drift")[object]

@@ -17,17 +17,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 func injectedPod(t *testing.T, name string, finalizers ...string) *corev1.Pod {
 	t.Helper()
-	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
+	pod := vllmPod(map[string]string{vocab.LabelInject: "true"})
 	pod.Finalizers = finalizers
 	p, err := create(t, pod, name)
 	require.NoError(t, err)
-	require.Contains(t, p.Annotations, injection.AnnotationInjected)
+	require.Contains(t, p.Annotations, vocab.AnnotationInjected)
 	return p
 }
 
@@ -52,19 +52,19 @@ func TestFreezeRefusesEveryFaultTogether(t *testing.T) {
 	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
 	p := injectedPod(t, "freeze-all")
 	err := update(p, func(p *corev1.Pod) {
-		p.Labels[injection.LabelInject] = "false"
-		p.Annotations[injection.AnnotationInjected] = `{"binding":"other"}`
-		p.Annotations[injection.AnnotationClientConfig] = `{"master_server_address":"evil:50051"}`
+		p.Labels[vocab.LabelInject] = "false"
+		p.Annotations[vocab.AnnotationInjected] = `{"binding":"other"}`
+		p.Annotations[vocab.AnnotationClientConfig] = `{"master_server_address":"evil:50051"}`
 	})
 	require.Error(t, err)
 	assert.True(t, apierrors.IsForbidden(err), "%v", err)
 	assert.Contains(t, err.Error(), `admission webhook "freeze.pods.kvcache.gpustack.ai" denied the request: `+labelFault+"; "+recordEditFault+"; "+configEditFault)
 
-	err = update(p, func(p *corev1.Pod) { delete(p.Annotations, injection.AnnotationClientConfig) })
+	err = update(p, func(p *corev1.Pod) { delete(p.Annotations, vocab.AnnotationClientConfig) })
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), configRemoveFault)
 
-	err = update(p, func(p *corev1.Pod) { delete(p.Labels, injection.LabelInject) })
+	err = update(p, func(p *corev1.Pod) { delete(p.Labels, vocab.LabelInject) })
 	require.Error(t, err, "removing the label is an opt-in change too (the selector matches the old object)")
 	assert.Contains(t, err.Error(), `label kvcache.gpustack.ai/inject changes the Pod's opt-in state ("true" to "")`)
 
@@ -81,7 +81,7 @@ func TestFreezeHoldsOnATerminatingPodAndAdmitsFinalizerRemoval(t *testing.T) {
 	require.NotNil(t, stored.DeletionTimestamp, "the finalizer holds the Pod in deletion")
 
 	err := update(p, func(p *corev1.Pod) {
-		p.Annotations[injection.AnnotationClientConfig] = `{"master_server_address":"elsewhere:50051"}`
+		p.Annotations[vocab.AnnotationClientConfig] = `{"master_server_address":"elsewhere:50051"}`
 	})
 	require.Error(t, err, "the freeze covers terminating Pods")
 	assert.Contains(t, err.Error(), configEditFault)
@@ -103,13 +103,13 @@ func TestOutage(t *testing.T) {
 		_, err := create(t, vllmPod(nil), fmt.Sprintf("outage-plain-%d", i))
 		require.NoError(t, err, "unlabelled Pod %d", i)
 	}
-	_, err := create(t, vllmPod(map[string]string{injection.LabelInject: "true"}), "outage-labelled")
+	_, err := create(t, vllmPod(map[string]string{vocab.LabelInject: "true"}), "outage-labelled")
 	require.Error(t, err, "injection fails closed")
 	assert.Contains(t, err.Error(), `failed calling webhook "inject.pods.kvcache.gpustack.ai"`)
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKey{Namespace: userNamespace, Name: "outage-labelled"}, &corev1.Pod{})))
 
 	require.NoError(t, update(live, func(p *corev1.Pod) {
-		p.Annotations[injection.AnnotationClientConfig] = `{"edited":"while the webhook is down"}`
+		p.Annotations[vocab.AnnotationClientConfig] = `{"edited":"while the webhook is down"}`
 	}), "the freeze fails open")
 }
 
@@ -128,8 +128,8 @@ func renderedPod(t *testing.T, name string) *corev1.Pod {
 	}
 	require.NotNil(t, d, "the golden holds a Deployment")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: d.Spec.Template.Labels, Annotations: d.Spec.Template.Annotations}, Spec: d.Spec.Template.Spec}
-	require.NotContains(t, pod.Labels, injection.LabelInject)
-	require.Contains(t, pod.Annotations, injection.AnnotationClientConfig)
+	require.NotContains(t, pod.Labels, vocab.LabelInject)
+	require.Contains(t, pod.Annotations, vocab.AnnotationClientConfig)
 	p, err := create(t, pod, name)
 	require.NoError(t, err)
 	return p
@@ -140,13 +140,13 @@ func renderedPod(t *testing.T, name string) *corev1.Pod {
 func TestFreezeCoversPodsRenderedForAModelDeployment(t *testing.T) {
 	p := renderedPod(t, "rendered-freeze")
 	err := update(p, func(p *corev1.Pod) {
-		p.Annotations[injection.AnnotationClientConfig] = `{"master_server_address":"evil:50051"}`
+		p.Annotations[vocab.AnnotationClientConfig] = `{"master_server_address":"evil:50051"}`
 	})
 	require.Error(t, err)
 	assert.True(t, apierrors.IsForbidden(err), "%v", err)
 	assert.Contains(t, err.Error(), `admission webhook "freeze-rendered.pods.kvcache.gpustack.ai" denied the request: `+configEditFault)
 
-	err = update(p, func(p *corev1.Pod) { delete(p.Labels, injection.LabelModelDeployment) })
+	err = update(p, func(p *corev1.Pod) { delete(p.Labels, vocab.LabelModelDeployment) })
 	require.Error(t, err, "the label that selects the freeze is frozen too")
 	assert.Contains(t, err.Error(), `label kvcache.gpustack.ai/model-deployment names the ModelDeployment the Pod was rendered for ("qwen-chat" to "")`)
 

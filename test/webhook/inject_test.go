@@ -23,6 +23,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // loadObjects decodes a YAML file of Kubernetes objects.
@@ -286,7 +287,7 @@ func waitGone(t *testing.T, p *corev1.Pod) {
 func vllmPod(labels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
-			injection.AnnotationBinding: "team-a", injection.AnnotationEngine: "vLLM",
+			vocab.AnnotationBinding: "team-a", vocab.AnnotationEngine: "vLLM",
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "server", Image: "vllm/vllm-openai:v0.29.0",
@@ -300,7 +301,7 @@ func TestPodsNotOptedInAreStoredAsSubmitted(t *testing.T) {
 	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
 	for name, labels := range map[string]map[string]string{
 		"unlabelled":  nil,
-		"label-false": {injection.LabelInject: "false"},
+		"label-false": {vocab.LabelInject: "false"},
 		"other-label": {"app": "chat"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -380,13 +381,13 @@ func TestBindingCreatedAMomentAgoAdmitsItsPods(t *testing.T) {
 		name := fmt.Sprintf("fresh-%d", i)
 		bindingWithLedger(t, name)
 		before := apiRequests(t, "GET", "kvcachepoolbindings")
-		pod := vllmPod(map[string]string{injection.LabelInject: "true"})
-		pod.Annotations[injection.AnnotationBinding] = name
+		pod := vllmPod(map[string]string{vocab.LabelInject: "true"})
+		pod.Annotations[vocab.AnnotationBinding] = name
 		got, err := create(t, pod, name)
 		require.NoError(t, err, "a Pod naming a Binding created just before it")
 		stored := &corev1.Pod{}
 		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(got), stored))
-		assert.Contains(t, stored.Annotations[injection.AnnotationInjected], `"binding":"`+name+`"`)
+		assert.Contains(t, stored.Annotations[vocab.AnnotationInjected], `"binding":"`+name+`"`)
 		assert.LessOrEqual(t, apiRequests(t, "GET", "kvcachepoolbindings")-before, 1.0, "at most the one live read of a cache miss")
 	}
 }
@@ -398,8 +399,8 @@ func TestDeletingBindingIsRefusedFromTheCache(t *testing.T) {
 	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
 	ctx := context.Background()
 	b := bindingWithLedger(t, "closing")
-	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
-	pod.Annotations[injection.AnnotationBinding] = b.Name
+	pod := vllmPod(map[string]string{vocab.LabelInject: "true"})
+	pod.Annotations[vocab.AnnotationBinding] = b.Name
 	_, err := create(t, pod, "closing-while-live")
 	require.NoError(t, err)
 	require.NoError(t, env.Client.Delete(ctx, b))

@@ -33,6 +33,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/vocab"
 	"github.com/kvcache-operator/kvcache/webhook"
 )
 
@@ -75,7 +76,7 @@ func apiReads(t testing.TB, resource string) float64 {
 // seen costs exactly one live read (here one that does not exist, which is then refused).
 func TestAdmissionReadsTheBindingLiveOnlyWhenTheCacheHasNotSeenIt(t *testing.T) {
 	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
-	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
+	pod := vllmPod(map[string]string{vocab.LabelInject: "true"})
 	_, err := create(t, pod, "reads-warmup") // lets the cache start its informers
 	require.NoError(t, err)
 	before := map[string]float64{}
@@ -93,7 +94,7 @@ func TestAdmissionReadsTheBindingLiveOnlyWhenTheCacheHasNotSeenIt(t *testing.T) 
 	}
 
 	absent := pod.DeepCopy()
-	absent.Annotations[injection.AnnotationBinding] = "absent"
+	absent.Annotations[vocab.AnnotationBinding] = "absent"
 	was := apiReads(t, "kvcachepoolbindings")
 	_, err = create(t, absent, "reads-absent")
 	require.Error(t, err)
@@ -179,9 +180,9 @@ func quantiles(b buckets, qs ...float64) []float64 {
 //	make tools && KUBEBUILDER_ASSETS=$(hack/tools.sh assets) go test ./test/webhook/ -run '^$' -bench CreatePods -benchtime 500x
 func BenchmarkCreatePods(b *testing.B) {
 	applyCluster(b, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
-	asInjected, err := create(b, vllmPod(map[string]string{injection.LabelInject: "true"}), "load-template")
+	asInjected, err := create(b, vllmPod(map[string]string{vocab.LabelInject: "true"}), "load-template")
 	require.NoError(b, err)
-	delete(asInjected.Labels, injection.LabelInject)
+	delete(asInjected.Labels, vocab.LabelInject)
 	asInjected.ObjectMeta = metav1.ObjectMeta{Labels: asInjected.Labels, Annotations: asInjected.Annotations}
 	asInjected.Status = corev1.PodStatus{}
 	noop := asInjected.DeepCopy()
@@ -195,7 +196,7 @@ func BenchmarkCreatePods(b *testing.B) {
 		{"as-injected", asInjected},
 		{"noop-webhook", noop},
 		{"fixed-patch", vllmPod(map[string]string{noopLabel: "injection"})},
-		{"labelled", vllmPod(map[string]string{injection.LabelInject: "true"})},
+		{"labelled", vllmPod(map[string]string{vocab.LabelInject: "true"})},
 	}
 	const round = 50
 	for _, clients := range []int{1, 8} {
@@ -286,7 +287,7 @@ func injectionPatch(b *testing.B) []byte {
 	r, err := generator.NewRenderer()
 	require.NoError(b, err)
 	m := webhook.NewPodMutator(injection.New(r), injection.ClientLookup{Cached: env.Client, Live: env.Client})
-	pod := vllmPod(map[string]string{injection.LabelInject: "true"})
+	pod := vllmPod(map[string]string{vocab.LabelInject: "true"})
 	pod.Namespace = userNamespace
 	raw, err := json.Marshal(pod)
 	require.NoError(b, err)

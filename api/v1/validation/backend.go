@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 const (
@@ -118,11 +118,11 @@ const (
 
 var (
 	derivedMemberEnv = map[string]string{
-		engines.MasterEnv: envFromSpec, engines.MetadataServerEnv: envFromSpec, engines.ProtocolEnv: envFromSpec,
-		engines.LocalHostnameEnv: envFromPod, engines.GlobalSegmentSizeEnv: envFromSpec,
-		engines.LocalBufferSizeEnv: envFromSpec, engines.MetricEnv: envMetric, engines.DeviceEnv: envDeviceUnset,
+		vocab.MasterEnv: envFromSpec, vocab.MetadataServerEnv: envFromSpec, vocab.ProtocolEnv: envFromSpec,
+		vocab.LocalHostnameEnv: envFromPod, vocab.GlobalSegmentSizeEnv: envFromSpec,
+		vocab.LocalBufferSizeEnv: envFromSpec, vocab.MetricEnv: envMetric, vocab.DeviceEnv: envDeviceUnset,
 		// A config file replaces every variable above.
-		engines.ConfigPathEnv: "a configuration file would replace every MOONCAKE_* variable the operator sets",
+		vocab.ConfigPathEnv: "a configuration file would replace every MOONCAKE_* variable the operator sets",
 	}
 	derivedLeaderEnv = map[string]string{
 		"POD_NAME": envLauncher, "POD_NAMESPACE": envLauncher,
