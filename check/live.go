@@ -22,6 +22,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
@@ -504,7 +505,7 @@ func (l *live) drift(ctx context.Context) error {
 	if err := l.c.List(ctx, pods, opts...); err != nil {
 		return fmt.Errorf("list Pods: %w", err)
 	}
-	lookup := injection.ClientLookup{Cached: l.c, Live: l.c}
+	lookup := objects.Cluster{Cached: l.c, Live: l.c}
 	sort.Slice(pods.Items, func(i, j int) bool {
 		return pods.Items[i].Namespace+"/"+pods.Items[i].Name < pods.Items[j].Namespace+"/"+pods.Items[j].Name
 	})
@@ -554,8 +555,8 @@ func (l *live) deployments(ctx context.Context) error {
 	for i := range list.Items {
 		md := &list.Items[i]
 		object := "ModelDeployment/" + md.Namespace + "/" + md.Name
-		v, err := rules.ModelDeployment(ctx, rules.Cluster{Reader: l.c}, nil, md)
-		var re *rules.ReadError
+		v, err := rules.ModelDeployment(ctx, objects.Cluster{Cached: l.c}, nil, md)
+		var re *objects.ReadError
 		switch {
 		case errors.As(err, &re):
 			l.r.warn("modeldeployment.rules", object, sentence(re.Error()), "")

@@ -10,6 +10,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
@@ -24,9 +25,11 @@ type PodInput struct {
 // Offline reports what the admission webhooks would answer if the manifests were applied to a
 // cluster holding cluster: every rule on each of this API's objects in creates and models, and
 // the injection of every opted-in Pod, with the same messages and warnings.
-func Offline(ctx context.Context, cluster, creates *rules.Files, models []kvv1.ModelDeployment, pods []PodInput, inj *injection.Injector, lookup injection.Lookup) (*Report, error) {
+// The Pods resolve against everything, the manifests' own objects included, as they would once
+// applied.
+func Offline(ctx context.Context, cluster, creates objects.Set, models []kvv1.ModelDeployment, pods []PodInput, inj *injection.Injector, o objects.FileOptions) (*Report, error) {
 	r := &Report{}
-	judged, err := rules.JudgeCreates(ctx, cluster, creates, models)
+	judged, err := rules.JudgeCreates(ctx, cluster, creates, models, o)
 	if err != nil {
 		return nil, err
 	}
@@ -42,11 +45,12 @@ func Offline(ctx context.Context, cluster, creates *rules.Files, models []kvv1.M
 			r.pass("admission", object, "Admitted by every admission rule.")
 		}
 	}
+	all := objects.NewFiles(cluster.Concat(creates), o)
 	for _, p := range pods {
 		if !injection.OptedIn(p.Pod) {
 			continue
 		}
-		_, res, err := inj.Inject(ctx, p.Pod, p.Namespace, lookup)
+		res, err := inj.Inject(ctx, p.Pod, p.Namespace, all)
 		var rf *injection.Refusal
 		switch {
 		case errors.As(err, &rf):

@@ -228,8 +228,8 @@ func (r *Renderer) roleValues(in ModelDeploymentInput, role kvv1.Role) (roleValu
 	return rv, nil
 }
 
-// attachCache merges the engine fragment into a role's container with the injection merge
-// rules, then the role's managed tail (SGLang's host-tier or retraction flag).
+// attachCache gives a role's container the engine fragment through the edits Pod injection
+// makes (engines.Edits), then the role's managed tail (SGLang's host-tier or retraction flag).
 func (r *Renderer) attachCache(d *appsv1.Deployment, roles []roleValues, c *CacheInput) error {
 	var rv *roleValues
 	for i := range roles {
@@ -246,8 +246,11 @@ func (r *Renderer) attachCache(d *appsv1.Deployment, roles []roleValues, c *Cach
 	}
 	frag.TailArgs = nil // a ModelDeployment's tail is decided per role below
 	pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
+	pod, err = rv.engine.Edits(pod, 0, frag, nil).ApplyToPod(pod)
+	if err != nil {
+		return fmt.Errorf("attach the cache to role %s: %w", rv.Name, err)
+	}
 	c0 := &pod.Spec.Containers[0]
-	rv.engine.Merge(pod, c0, frag)
 	c0.Args = append(c0.Args, rv.engine.ManagedTail(rv.role, append(append([]string(nil), c0.Command...), rv.Args...))...)
 	d.Spec.Template.ObjectMeta, d.Spec.Template.Spec = pod.ObjectMeta, pod.Spec
 	return nil

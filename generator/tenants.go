@@ -6,22 +6,15 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 )
 
-// DomainHolders decides which Binding holds each domain on a backend's master, keyed by
-// domain: the oldest claim, then namespace/name. Admission refuses a second claim on a domain;
-// two created in the same instant can slip through, and the later one is then left out of the
-// ledger (its pool reports it) and of the seed. Bindings of pools on other backends are ignored.
-func DomainHolders(backend string, pools []kvv1.KVCachePool, bindings []kvv1.KVCachePoolBinding) map[string]*kvv1.KVCachePoolBinding {
-	onBackend := map[string]bool{}
-	for _, p := range pools {
-		if len(p.Spec.Backends) == 1 && p.Spec.Backends[0] == backend {
-			onBackend[p.Name] = true
-		}
-	}
-	var claims []*kvv1.KVCachePoolBinding
-	for i := range bindings {
-		if onBackend[bindings[i].Spec.PoolRef.Name] {
-			claims = append(claims, &bindings[i])
-		}
+// DomainHolders decides which of the Bindings on one backend's master (every Binding of every
+// pool on it) holds each domain, keyed by domain: the oldest claim, then namespace/name.
+// Admission refuses a second claim on a domain; two created in the same instant can slip
+// through, and the later one is then left out of the ledger (its pool reports it) and of the
+// seed.
+func DomainHolders(onBackend []kvv1.KVCachePoolBinding) map[string]*kvv1.KVCachePoolBinding {
+	claims := make([]*kvv1.KVCachePoolBinding, len(onBackend))
+	for i := range onBackend {
+		claims[i] = &onBackend[i]
 	}
 	sort.Slice(claims, func(i, j int) bool {
 		ti, tj := claims[i].CreationTimestamp, claims[j].CreationTimestamp
@@ -39,11 +32,11 @@ func DomainHolders(backend string, pools []kvv1.KVCachePool, bindings []kvv1.KVC
 	return holders
 }
 
-// TenantsFor lists the ledger entries a backend's master should hold: one per domain, requesting
-// its holder's ceiling (DomainHolders).
-func TenantsFor(backend string, pools []kvv1.KVCachePool, bindings []kvv1.KVCachePoolBinding) []Tenant {
+// TenantsFor lists the ledger entries a backend's master should hold, given the Bindings on it:
+// one per domain, requesting its holder's ceiling (DomainHolders).
+func TenantsFor(onBackend []kvv1.KVCachePoolBinding) []Tenant {
 	var out []Tenant
-	for name, b := range DomainHolders(backend, pools, bindings) {
+	for name, b := range DomainHolders(onBackend) {
 		out = append(out, Tenant{Name: name, QuotaBytes: b.Spec.Quota.Ceiling.Value()})
 	}
 	return sortedTenants(out)

@@ -27,30 +27,25 @@ func tenantBinding(ns, name, pool, domain, ceiling string, created time.Time) kv
 // let it through) is left out rather than dropping the seed.
 func TestTenantsForKeepsTheOldestClaimOfEachDomain(t *testing.T) {
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	pools := []kvv1.KVCachePool{
-		{ObjectMeta: metav1.ObjectMeta{Name: "shared-dram"}, Spec: kvv1.KVCachePoolSpec{Backends: []string{"mooncake-dram"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "spare-dram"}, Spec: kvv1.KVCachePoolSpec{Backends: []string{"mooncake-dram"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}, Spec: kvv1.KVCachePoolSpec{Backends: []string{"mooncake-other"}}},
-	}
+	// The Bindings of the backend's two pools.
 	bindings := []kvv1.KVCachePoolBinding{
 		tenantBinding("team-b", "late", "spare-dram", "chat", "2Gi", t0.Add(time.Minute)),
 		tenantBinding("team-a", "chat", "shared-dram", "chat", "8Gi", t0),
 		tenantBinding("team-c", "plain", "shared-dram", "", "4Gi", t0),
-		tenantBinding("team-d", "other", "elsewhere", "other", "1Gi", t0),
 	}
 	want := []Tenant{{Name: "chat", QuotaBytes: 8 << 30}, {Name: "default", QuotaBytes: 4 << 30}}
-	assert.Equal(t, want, TenantsFor("mooncake-dram", pools, bindings))
-	reversed := []kvv1.KVCachePoolBinding{bindings[3], bindings[2], bindings[1], bindings[0]}
-	assert.Equal(t, want, TenantsFor("mooncake-dram", pools, reversed), "listing order does not decide")
+	assert.Equal(t, want, TenantsFor(bindings))
+	reversed := []kvv1.KVCachePoolBinding{bindings[2], bindings[1], bindings[0]}
+	assert.Equal(t, want, TenantsFor(reversed), "listing order does not decide")
 
-	holders := DomainHolders("mooncake-dram", pools, bindings)
+	holders := DomainHolders(bindings)
 	assert.Equal(t, "team-a/chat", holders["chat"].Namespace+"/"+holders["chat"].Name)
-	assert.Len(t, holders, 2, "the other backend's Binding is not on this master")
+	assert.Len(t, holders, 2)
 
 	// Claims of the same instant: namespace/name decides.
 	tie := []kvv1.KVCachePoolBinding{
 		tenantBinding("team-z", "chat", "shared-dram", "chat", "1Gi", t0),
 		tenantBinding("team-a", "chat", "shared-dram", "chat", "8Gi", t0),
 	}
-	assert.Equal(t, []Tenant{{Name: "chat", QuotaBytes: 8 << 30}}, TenantsFor("mooncake-dram", pools, tie))
+	assert.Equal(t, []Tenant{{Name: "chat", QuotaBytes: 8 << 30}}, TenantsFor(tie))
 }

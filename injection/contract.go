@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -28,12 +27,6 @@ const (
 	ReasonDtypeUnsupported     = "DtypeUnsupported"
 	ReasonConfigVolume         = "ConfigVolumeConflict"
 	ReasonLookupFailed         = "LookupFailed"
-)
-
-// Pool condition read by injection, and the reason that means "no ledger, inject no tenant".
-const (
-	ConditionQuotaLedgerAvailable = kvv1.ConditionQuotaLedgerAvailable
-	ReasonMultiTenancyDisabled    = kvv1.ReasonMultiTenancyDisabled
 )
 
 // Record is the kvcache.gpustack.ai/injected annotation: what was decided. Field order is the

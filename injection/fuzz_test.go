@@ -15,12 +15,13 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // fuzzCluster is a small cluster: a tcp store with a ledger, an Ascend store, a store without
 // multi-tenancy, and a mixed-protocol store, each with a pool and a Binding in team-a.
-func fuzzCluster(t testing.TB, r *generator.Renderer) *StaticLookup {
+func fuzzCluster(t testing.TB, r *generator.Renderer) *objects.Files {
 	t.Helper()
 	backend := func(name string, protocol kvv1.TransportProtocol, multiTenancy bool, groups ...kvv1.TransportProtocol) kvv1.KVCacheBackend {
 		b := kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -54,7 +55,7 @@ func fuzzCluster(t testing.TB, r *generator.Renderer) *StaticLookup {
 			Domain: kvv1.Domain{Name: "team-a-" + b.Name, BlockSize: 64, Dtype: "bfloat16"},
 		}})
 	}
-	return NewStaticLookup(backends, pools, bindings, nil, "", r.Defaults())
+	return objects.NewFiles(objects.Set{Backends: backends, Pools: pools, Bindings: bindings}, objects.FileOptions{Defaults: r.Defaults()})
 }
 
 // fields splits a fuzzed string into argv-like tokens; "|" separates, so tokens may hold spaces.
@@ -113,7 +114,7 @@ func FuzzInject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, annotations, command, args, env string, labelled bool) {
 		pod := fuzzPod(annotations, command, args, env, labelled)
 		before := pod.DeepCopy()
-		out, res, err := inj.Inject(context.Background(), pod, "team-a", lookup)
+		res, err := inj.Inject(context.Background(), pod, "team-a", lookup)
 		if !equality.Semantic.DeepEqual(before, pod) {
 			t.Fatalf("Inject modified its input")
 		}
@@ -128,10 +129,14 @@ func FuzzInject(f *testing.F) {
 			return
 		}
 		if !res.Injected {
-			if labelled || out != pod {
+			if labelled || len(res.Patch) > 0 {
 				t.Fatalf("an opted-in Pod was neither injected nor refused")
 			}
 			return
+		}
+		out, err := res.Apply(pod)
+		if err != nil {
+			t.Fatalf("the patch does not apply to its own Pod: %v", err)
 		}
 		var rec Record
 		if err := json.Unmarshal([]byte(out.Annotations[vocab.AnnotationInjected]), &rec); err != nil {
@@ -157,11 +162,11 @@ func FuzzInject(f *testing.F) {
 		if !slices.Equal(c.Command, pod.Spec.Containers[0].Command) {
 			t.Fatalf("command changed")
 		}
-		again, res2, err := inj.Inject(context.Background(), out, "team-a", lookup)
+		res2, err := inj.Inject(context.Background(), out, "team-a", lookup)
 		if err != nil {
 			t.Fatalf("injecting an injected Pod again was refused: %v", err)
 		}
-		if !res2.Injected || !equality.Semantic.DeepEqual(out, again) {
+		if !res2.Injected || len(res2.Patch) > 0 {
 			t.Fatalf("injecting an injected Pod again changed it")
 		}
 		if res2.Record != res.Record {

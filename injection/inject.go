@@ -3,44 +3,41 @@ package injection
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 var sprintf = fmt.Sprintf
 
-// Lookup reads what injection resolves. A Binding created a moment ago must admit the Pods that
-// name it, so a cached Lookup reads live when its cache has not seen the Binding. A missing
-// object is reported with an error for which apierrors.IsNotFound is true.
-type Lookup interface {
-	Binding(ctx context.Context, namespace, name string) (*kvv1.KVCachePoolBinding, error)
-	Pool(ctx context.Context, name string) (*kvv1.KVCachePool, error)
-	Backend(ctx context.Context, name string) (*kvv1.KVCacheBackend, error)
-	// DtypeOwned is the Setting model-deployment-kv-cache-dtype-owned (true when absent).
-	DtypeOwned(ctx context.Context) (bool, error)
-}
-
 // Result is what an admitted Pod comes with.
 type Result struct {
-	// Injected is false for a Pod that did not opt in (it is returned unchanged).
+	// Injected is false for a Pod that did not opt in (it is left unchanged).
 	Injected bool
+	// Patch is every change injection makes to the Pod; empty for a Pod that did not opt in or
+	// that arrives carrying exactly what injection writes. The webhook answers with it, the CLI
+	// applies it at the pod template's path.
+	Patch engines.Patch
 	// Warnings for the user (kubectl prints them; the CLI writes them to stderr).
 	Warnings []string
 	// Record is the decision written to kvcache.gpustack.ai/injected.
 	Record Record
 }
+
+// Apply returns a copy of pod with the result's patch applied: the Pod as admission leaves it.
+func (r Result) Apply(pod *corev1.Pod) (*corev1.Pod, error) { return r.Patch.ApplyToPod(pod) }
 
 // Injector holds the renderer the fragments come from.
 type Injector struct {
@@ -53,30 +50,30 @@ func New(r *generator.Renderer) *Injector { return &Injector{renderer: r} }
 // OptedIn reports whether a Pod carries the opt-in label with the value "true".
 func OptedIn(pod *corev1.Pod) bool { return pod.Labels[vocab.LabelInject] == "true" }
 
-// Inject returns a copy of pod with its engine's client configuration merged in. A Pod that did
-// not opt in comes back as is with Result.Injected false. A refused Pod yields a *Refusal; pod
-// itself is never modified. namespace is the Pod's namespace (admission requests may carry it
-// outside the object).
-func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup) (*corev1.Pod, Result, error) {
+// Inject decides a Pod: the patch that gives it its engine's client configuration, with the
+// record and the warnings. A Pod that did not opt in gets Result.Injected false and no patch. A
+// refused Pod yields a *Refusal. pod is never modified. namespace is the Pod's namespace
+// (admission requests may carry it outside the object).
+func (i *Injector) Inject(ctx context.Context, pod *corev1.Pod, namespace string, r objects.Reader) (Result, error) {
 	if !OptedIn(pod) {
-		return pod, Result{}, nil
+		return Result{}, nil
 	}
 	a, rf := readAnnotations(pod)
 	if rf != nil {
-		return nil, Result{}, rf
+		return Result{}, rf
 	}
 	c, rf := chooseContainer(pod, a.container)
 	if rf != nil {
-		return nil, Result{}, rf
+		return Result{}, rf
 	}
-	dtypeOwned, err := lookup.DtypeOwned(ctx)
+	dtypeOwned, err := objects.DtypeOwned(ctx, r)
 	if err != nil {
-		return nil, Result{}, lookupFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
+		return Result{}, readFailed(err)
 	}
 	if a.written {
-		return i.resubmitted(ctx, pod, namespace, lookup, a, c.Name, dtypeOwned)
+		return i.resubmitted(ctx, pod, namespace, r, a, c.Name, dtypeOwned)
 	}
-	return i.inject(ctx, pod, namespace, lookup, a, c, dtypeOwned, nil)
+	return i.inject(ctx, pod, namespace, r, a, c, dtypeOwned, nil)
 }
 
 // attached is a resolution made before the checks (a resubmitted Pod is stripped by what its
@@ -87,36 +84,32 @@ type attached struct {
 }
 
 // inject checks the container and its launch, resolves the Binding unless pre carries it, and
-// merges the fragment into a copy of pod.
-func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup, a annotations, c *corev1.Container, dtypeOwned bool, pre *attached) (*corev1.Pod, Result, error) {
+// computes the patch that merges the fragment into pod.
+func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string, r objects.Reader, a annotations, c *corev1.Container, dtypeOwned bool, pre *attached) (Result, error) {
 	if rf := checkContainer(a.engine, pod, c, dtypeOwned); rf != nil {
-		return nil, Result{}, rf
+		return Result{}, rf
 	}
 	launch, lr := engines.CheckLaunch(c.Command, c.Args, a.engine.Program, a.engine.OtherPrograms(), a.forwarded)
 	if lr != nil {
-		return nil, Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
+		return Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
 	}
 	if fs := a.engine.CheckLaunchEnv(launch); len(fs) > 0 {
 		msgs := make([]string, len(fs))
 		for i, f := range fs {
 			msgs[i] = f.Message
 		}
-		return nil, Result{}, &Refusal{Reason: fs[0].Class, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(msgs, "; "))}
+		return Result{}, &Refusal{Reason: fs[0].Class, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(msgs, "; "))}
 	}
 	if pre == nil {
 		var rf *Refusal
 		var err error
-		if pre, rf, err = i.attach(ctx, lookup, namespace, a, dtypeOwned); rf != nil {
-			return nil, Result{}, rf
+		if pre, rf, err = i.attach(ctx, r, namespace, a, dtypeOwned); rf != nil {
+			return Result{}, rf
 		} else if err != nil {
-			return nil, Result{}, err
+			return Result{}, err
 		}
 	}
 	res, frag := pre.res, pre.frag
-
-	out := pod.DeepCopy()
-	target := containerByName(out, c.Name)
-	a.engine.Merge(out, target, frag)
 	rec := Record{
 		Binding:             a.binding,
 		Engine:              a.engine.ID,
@@ -128,18 +121,15 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return nil, Result{}, err
+		return Result{}, err
 	}
-	if out.Annotations == nil {
-		out.Annotations = map[string]string{}
-	}
-	out.Annotations[vocab.AnnotationInjected] = string(b)
-	return out, Result{Injected: true, Warnings: warnings(a.engine, c), Record: rec}, nil
+	patch := a.engine.Edits(pod, containerIndex(pod, c.Name), frag, map[string]string{vocab.AnnotationInjected: string(b)})
+	return Result{Injected: true, Patch: patch, Warnings: warnings(a.engine, c), Record: rec}, nil
 }
 
 // attach resolves the Pod's Binding and renders its engine's fragment.
-func (i *Injector) attach(ctx context.Context, lookup Lookup, namespace string, a annotations, dtypeOwned bool) (*attached, *Refusal, error) {
-	res, rf := Resolve(ctx, lookup, namespace, a.binding, a.engine, NamedByAnnotation)
+func (i *Injector) attach(ctx context.Context, r objects.Reader, namespace string, a annotations, dtypeOwned bool) (*attached, *Refusal, error) {
+	res, rf := Resolve(ctx, r, namespace, a.binding, a.engine, NamedByAnnotation)
 	if rf != nil {
 		return nil, rf, nil
 	}
@@ -267,12 +257,14 @@ func chooseContainer(pod *corev1.Pod, name string) (*corev1.Container, *Refusal)
 }
 
 func containerByName(pod *corev1.Pod, name string) *corev1.Container {
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i]
-		}
+	if i := containerIndex(pod, name); i >= 0 {
+		return &pod.Spec.Containers[i]
 	}
 	return nil
+}
+
+func containerIndex(pod *corev1.Pod, name string) int {
+	return slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
 }
 
 // checkContainer refuses keys the container may not carry: owned and configuration-source flags
@@ -345,63 +337,55 @@ func (a Attachment) CacheInput(dtypeOwned bool) generator.CacheInput {
 	return c
 }
 
-// Resolve follows a Binding in namespace ns to the store, refusing every link that would
-// leave an engine starting normally and caching nothing. namedBy is the field that names the
-// Binding, for the fix a refusal states (a Pod's annotation, a ModelDeployment's poolRef).
-func Resolve(ctx context.Context, lookup Lookup, ns, binding string, e engines.Engine, namedBy string) (Attachment, *Refusal) {
-	var r Attachment
-	b, err := lookup.Binding(ctx, ns, binding)
-	if apierrors.IsNotFound(err) {
-		return r, refuse(ReasonBindingNotFound, "KVCachePoolBinding %q not found in namespace %q: create it there (an administrator grants a namespace a pool with a Binding), or fix %s", binding, ns, namedBy)
+// Resolve follows a Binding in namespace ns to the store (objects.Walk), refusing every link
+// that would leave an engine starting normally and caching nothing: a missing or deleting
+// Binding, pool or backend, a pool whose ledger is not confirmed or that has no endpoint yet, a
+// transport the engine cannot use. namedBy is the field that names the Binding, for the fix a
+// refusal states (a Pod's annotation, a ModelDeployment's poolRef).
+func Resolve(ctx context.Context, r objects.Reader, ns, binding string, e engines.Engine, namedBy string) (Attachment, *Refusal) {
+	var att Attachment
+	chain, br, err := objects.Walk(ctx, r, ns, binding, namedBy, true)
+	att.Binding, att.Pool, att.Backend = chain.Binding, chain.Pool, chain.Backend
+	if chain.Binding != nil {
+		att.Domain = chain.Binding.DomainName()
 	}
 	if err != nil {
-		return r, lookupFailed("KVCachePoolBinding "+ns+"/"+binding, err)
+		return att, readFailed(err)
 	}
-	if b.DeletionTimestamp != nil {
-		return r, refuse(ReasonBindingDeleting, "KVCachePoolBinding %s/%s is being deleted, so new Pods may not attach to it; name another Binding", ns, binding)
+	if chain.Binding != nil && chain.Binding.DeletionTimestamp != nil {
+		return att, refuse(ReasonBindingDeleting, "KVCachePoolBinding %s/%s is being deleted, so new Pods may not attach to it; name another Binding", ns, binding)
 	}
-	r.Binding = b
-	r.Domain = b.DomainName()
-	poolName := b.Spec.PoolRef.Name
-	p, err := lookup.Pool(ctx, poolName)
-	if apierrors.IsNotFound(err) {
-		return r, refuse(ReasonPoolNotFound, "KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, ns, binding)
+	if br != nil {
+		return att, &Refusal{Reason: breakReasons[br.Link], Message: br.Message}
 	}
-	if err != nil {
-		return r, lookupFailed("KVCachePool "+poolName, err)
-	}
-	r.Pool = p
-	cond := meta.FindStatusCondition(p.Status.Conditions, ConditionQuotaLedgerAvailable)
+	p, poolName := chain.Pool, chain.Pool.Name
+	cond := meta.FindStatusCondition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable)
 	switch {
 	case cond == nil:
-		return r, refuse(ReasonLedgerNotAvailable, "KVCachePool %q has not reported %s yet, so the tenant this Pod would write under cannot be confirmed; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, ConditionQuotaLedgerAvailable, poolName)
+		return att, refuse(ReasonLedgerNotAvailable, "KVCachePool %q has not reported %s yet, so the tenant this Pod would write under cannot be confirmed; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, kvv1.ConditionQuotaLedgerAvailable, poolName)
 	case cond.Status == "True":
-		r.TenantLedger = true
-	case cond.Status == "False" && cond.Reason == ReasonMultiTenancyDisabled:
+		att.TenantLedger = true
+	case cond.Status == "False" && cond.Reason == kvv1.ReasonMultiTenancyDisabled:
 	default:
-		return r, refuse(ReasonLedgerNotAvailable, "KVCachePool %q reports %s=%s (%s: %s), so the tenant this Pod would write under cannot be confirmed; fix the pool's backend or retry when the condition is True", poolName, ConditionQuotaLedgerAvailable, cond.Status, cond.Reason, cond.Message)
+		return att, refuse(ReasonLedgerNotAvailable, "KVCachePool %q reports %s=%s (%s: %s), so the tenant this Pod would write under cannot be confirmed; fix the pool's backend or retry when the condition is True", poolName, kvv1.ConditionQuotaLedgerAvailable, cond.Status, cond.Reason, cond.Message)
 	}
-	if len(p.Spec.Backends) != 1 {
-		return r, refuse(ReasonBackendNotFound, "KVCachePool %q names %d backends; a pool needs exactly one", poolName, len(p.Spec.Backends))
-	}
-	be, err := lookup.Backend(ctx, p.Spec.Backends[0])
-	if apierrors.IsNotFound(err) {
-		return r, refuse(ReasonBackendNotFound, "KVCacheBackend %q, the backend of KVCachePool %q, does not exist; ask an administrator to create it", p.Spec.Backends[0], poolName)
-	}
-	if err != nil {
-		return r, lookupFailed("KVCacheBackend "+p.Spec.Backends[0], err)
-	}
-	r.Backend = be
 	if p.Status.ClientEndpoint == "" {
-		return r, refuse(ReasonNoEndpoint, "KVCachePool %q has no clientEndpoint yet, so there is no store address to hand the engine; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, poolName)
+		return att, refuse(ReasonNoEndpoint, "KVCachePool %q has no clientEndpoint yet, so there is no store address to hand the engine; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, poolName)
 	}
-	r.Master = p.Status.ClientEndpoint
-	protocol, rf := Transport(e, be, poolName)
+	att.Master = p.Status.ClientEndpoint
+	protocol, rf := Transport(e, chain.Backend, poolName)
 	if rf != nil {
-		return r, rf
+		return att, rf
 	}
-	r.Protocol = protocol
-	return r, nil
+	att.Protocol = protocol
+	return att, nil
+}
+
+// breakReasons are the refusal reasons of the links objects.Walk reports.
+var breakReasons = map[string]string{
+	objects.LinkBinding: ReasonBindingNotFound,
+	objects.LinkPool:    ReasonPoolNotFound,
+	objects.LinkBackend: ReasonBackendNotFound,
 }
 
 // The fields that name a Binding, for Resolve's messages.
@@ -488,7 +472,13 @@ func Dtype(e engines.Engine, b *kvv1.KVCachePoolBinding) *Refusal {
 		b.Namespace, b.Name, dtype, e.Name, engines.DtypeFlag, e.Name, strings.Join(e.KVCacheDtypes, ", "), e.Name)
 }
 
-func lookupFailed(what string, err error) *Refusal {
+// readFailed refuses on a read that failed (an *objects.ReadError names what it read).
+func readFailed(err error) *Refusal {
+	what := "the objects injection resolves"
+	var re *objects.ReadError
+	if errors.As(err, &re) {
+		what, err = re.What, re.Err
+	}
 	return refuse(ReasonLookupFailed, "could not read %s: %v; injection fails closed, retry when the API server answers", what, err)
 }
 

@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
-	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -26,24 +26,26 @@ const ReasonStale = "WrittenKeysStale"
 // as stale, naming what differs. The Pod is judged by taking off what injection adds (the two
 // annotations, the projected volume and its mount, the appended arguments) and injecting the
 // rest again with every check.
-func (i *Injector) resubmitted(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup, a annotations, container string, dtypeOwned bool) (*corev1.Pod, Result, error) {
-	diffs, res, err := i.writtenNow(ctx, pod, namespace, lookup, a, container, dtypeOwned)
+func (i *Injector) resubmitted(ctx context.Context, pod *corev1.Pod, namespace string, r objects.Reader, a annotations, container string, dtypeOwned bool) (Result, error) {
+	diffs, res, err := i.writtenNow(ctx, pod, namespace, r, a, container, dtypeOwned)
 	if err != nil {
-		return nil, Result{}, err
+		return Result{}, err
 	}
 	if len(diffs) > 0 {
-		return nil, Result{}, refuse(ReasonStale,
+		return Result{}, refuse(ReasonStale,
 			"the Pod carries keys injection writes (the output of kvcache inject, or a manifest copied from a running Pod), and they are not what injection writes now for KVCachePoolBinding %s/%s: %s; re-run kvcache inject on the manifest, or drop the written keys (annotations %s and %s, and the injected env, args and volume) and let the webhook inject it",
 			namespace, a.binding, strings.Join(diffs, "; "), vocab.AnnotationInjected, vocab.AnnotationClientConfig)
 	}
-	return pod.DeepCopy(), res, nil
+	// Admitted unchanged: the Pod already carries everything.
+	res.Patch = nil
+	return res, nil
 }
 
 // Drift compares what a running Pod was injected with (master address, transport, tenant,
 // dtype: every written key) with what injection writes now for its Binding, and describes each
 // difference; none when they agree, or when the Pod was never injected. A Pod whose Binding no
 // longer resolves, or that injection would refuse now, yields that *Refusal.
-func (i *Injector) Drift(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup) ([]string, error) {
+func (i *Injector) Drift(ctx context.Context, pod *corev1.Pod, namespace string, r objects.Reader) ([]string, error) {
 	if !OptedIn(pod) || pod.Annotations[vocab.AnnotationInjected] == "" {
 		return nil, nil
 	}
@@ -55,18 +57,18 @@ func (i *Injector) Drift(ctx context.Context, pod *corev1.Pod, namespace string,
 	if rf != nil {
 		return nil, rf
 	}
-	dtypeOwned, err := lookup.DtypeOwned(ctx)
+	dtypeOwned, err := objects.DtypeOwned(ctx, r)
 	if err != nil {
-		return nil, lookupFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
+		return nil, readFailed(err)
 	}
-	diffs, _, err := i.writtenNow(ctx, pod, namespace, lookup, a, c.Name, dtypeOwned)
+	diffs, _, err := i.writtenNow(ctx, pod, namespace, r, a, c.Name, dtypeOwned)
 	return diffs, err
 }
 
 // writtenNow takes off what injection adds to pod, injects the rest again with every check, and
 // names each written key of pod that differs from that.
-func (i *Injector) writtenNow(ctx context.Context, pod *corev1.Pod, namespace string, lookup Lookup, a annotations, container string, dtypeOwned bool) ([]string, Result, error) {
-	pre, rf, err := i.attach(ctx, lookup, namespace, a, dtypeOwned)
+func (i *Injector) writtenNow(ctx context.Context, pod *corev1.Pod, namespace string, r objects.Reader, a annotations, container string, dtypeOwned bool) ([]string, Result, error) {
+	pre, rf, err := i.attach(ctx, r, namespace, a, dtypeOwned)
 	if rf != nil {
 		return nil, Result{}, rf
 	}
@@ -74,7 +76,11 @@ func (i *Injector) writtenNow(ctx context.Context, pod *corev1.Pod, namespace st
 		return nil, Result{}, err
 	}
 	base, argsMatch := strip(pod, container, a.engine, pre.frag)
-	want, res, err := i.inject(ctx, base, namespace, lookup, a, containerByName(base, container), dtypeOwned, pre)
+	res, err := i.inject(ctx, base, namespace, r, a, containerByName(base, container), dtypeOwned, pre)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	want, err := res.Apply(base)
 	if err != nil {
 		return nil, Result{}, err
 	}

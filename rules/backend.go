@@ -3,20 +3,19 @@ package rules
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // Backend judges a KVCacheBackend created (old nil) or updated. An update that leaves spec
 // unchanged (metadata only: labels, annotations, finalizers) is admitted without judging it
 // again, so a controller can always remove its finalizer.
-func Backend(ctx context.Context, o Objects, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
+func Backend(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
 	var v Verdict
 	old, b, unchanged := defaulted(old, obj, func(b *kvv1.KVCacheBackend) any { return b.Spec })
 	if unchanged {
@@ -24,7 +23,7 @@ func Backend(ctx context.Context, o Objects, old, obj *kvv1.KVCacheBackend) (Ver
 	}
 	image, _, err := o.Setting(ctx, kvv1.SettingKVCacheBackendImage)
 	if err != nil {
-		return v, readError("the Setting "+kvv1.SettingKVCacheBackendImage, err)
+		return v, objects.ReadFailed("the Setting "+kvv1.SettingKVCacheBackendImage, err)
 	}
 	v.refuse(validation.ValidateBackend(b, validation.BackendContext{BackendImageSetting: image})...)
 	if old == nil {
@@ -33,7 +32,7 @@ func Backend(ctx context.Context, o Objects, old, obj *kvv1.KVCacheBackend) (Ver
 	v.refuse(validation.ValidateBackendUpdate(old, b)...)
 	if om, nm := old.Spec.Connection.Managed, b.Spec.Connection.Managed; om != nil && nm != nil &&
 		om.Leader.MultiTenancyEnabled() && !nm.Leader.MultiTenancyEnabled() {
-		pools, err := poolsUsing(ctx, o, b.Name)
+		pools, err := objects.PoolsOn(ctx, o, b.Name)
 		if err != nil {
 			return v, err
 		}
@@ -44,25 +43,17 @@ func Backend(ctx context.Context, o Objects, old, obj *kvv1.KVCacheBackend) (Ver
 	return v, nil
 }
 
-// poolsUsing lists, sorted, the pools that name backend.
-func poolsUsing(ctx context.Context, o Objects, backend string) ([]string, error) {
-	pools, err := o.Pools(ctx)
-	if err != nil {
-		return nil, readError("the KVCachePools", err)
+func multiTenancyOffMessage(pools []kvv1.KVCachePool) string {
+	if len(pools) == 1 {
+		return fmt.Sprintf("KVCachePool %s uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true", pools[0].Name)
 	}
-	var out []string
-	for i := range pools {
-		if slices.Contains(pools[i].Spec.Backends, backend) {
-			out = append(out, pools[i].Name)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
+	return fmt.Sprintf("KVCachePools %s use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true", strings.Join(poolNames(pools), ", "))
 }
 
-func multiTenancyOffMessage(pools []string) string {
-	if len(pools) == 1 {
-		return fmt.Sprintf("KVCachePool %s uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true", pools[0])
+func poolNames(pools []kvv1.KVCachePool) []string {
+	out := make([]string, len(pools))
+	for i := range pools {
+		out[i] = pools[i].Name
 	}
-	return fmt.Sprintf("KVCachePools %s use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true", strings.Join(pools, ", "))
+	return out
 }

@@ -10,12 +10,13 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // Binding judges a KVCachePoolBinding created (old nil) or updated. The pool and the domain are
 // immutable, so the domain rules, judged when the Binding was created, are not judged again on
 // update; the ceiling is checked against the pool's total whenever the pool can be read.
-func Binding(ctx context.Context, o Objects, old, obj *kvv1.KVCachePoolBinding) (Verdict, error) {
+func Binding(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCachePoolBinding) (Verdict, error) {
 	var v Verdict
 	old, b, unchanged := defaulted(old, obj, func(b *kvv1.KVCachePoolBinding) any { return b.Spec })
 	if unchanged {
@@ -43,7 +44,7 @@ func Binding(ctx context.Context, o Objects, old, obj *kvv1.KVCachePoolBinding) 
 
 // bindingPool reads the pool a Binding names (nil when it names none or it does not exist). On
 // create a missing or deleting pool is refused.
-func bindingPool(ctx context.Context, o Objects, b *kvv1.KVCachePoolBinding, create bool) (*kvv1.KVCachePool, field.ErrorList, error) {
+func bindingPool(ctx context.Context, o objects.Reader, b *kvv1.KVCachePoolBinding, create bool) (*kvv1.KVCachePool, field.ErrorList, error) {
 	name := b.Spec.PoolRef.Name
 	if name == "" {
 		return nil, nil, nil // ValidateBinding reports it
@@ -51,7 +52,7 @@ func bindingPool(ctx context.Context, o Objects, b *kvv1.KVCachePoolBinding, cre
 	pp := field.NewPath("spec", "poolRef", "name")
 	p, found, err := o.Pool(ctx, name)
 	if err != nil {
-		return nil, nil, readError("KVCachePool "+name, err)
+		return nil, nil, objects.ReadFailed("KVCachePool "+name, err)
 	}
 	if !found {
 		if !create {
@@ -71,28 +72,25 @@ func bindingPool(ctx context.Context, o Objects, b *kvv1.KVCachePoolBinding, cre
 // registered once per master, and a master without a tenant ledger carries one domain. The
 // Bindings considered are those of every pool over pool's backend, in every namespace,
 // including Bindings being deleted (they hold their domain until they are gone).
-func domainRules(ctx context.Context, o Objects, b *kvv1.KVCachePoolBinding, pool *kvv1.KVCachePool) (field.ErrorList, error) {
-	backend := poolBackend(pool)
+func domainRules(ctx context.Context, o objects.Reader, b *kvv1.KVCachePoolBinding, pool *kvv1.KVCachePool) (field.ErrorList, error) {
+	backend := pool.BackendName()
 	if backend == "" {
 		return nil, nil
 	}
-	pools, err := o.Pools(ctx)
+	pools, err := objects.PoolsOn(ctx, o, backend)
 	if err != nil {
-		return nil, readError("the KVCachePools", err)
+		return nil, err
 	}
-	onBackend := map[string]bool{pool.Name: true}
-	for i := range pools {
-		if poolBackend(&pools[i]) == backend {
-			onBackend[pools[i].Name] = true
-		}
+	if !slices.ContainsFunc(pools, func(p kvv1.KVCachePool) bool { return p.Name == pool.Name }) {
+		pools = append(pools, *pool)
 	}
-	bindings, err := o.Bindings(ctx)
+	bindings, err := objects.BindingsOfPools(ctx, o, pools)
 	if err != nil {
-		return nil, readError("the KVCachePoolBindings", err)
+		return nil, err
 	}
 	others := make([]kvv1.KVCachePoolBinding, 0, len(bindings))
 	for _, x := range bindings {
-		if (x.Namespace == b.Namespace && x.Name == b.Name) || !onBackend[x.Spec.PoolRef.Name] {
+		if x.Namespace == b.Namespace && x.Name == b.Name {
 			continue
 		}
 		x.Default()
@@ -119,7 +117,7 @@ func domainRules(ctx context.Context, o Objects, b *kvv1.KVCachePoolBinding, poo
 	}
 	be, found, err := o.Backend(ctx, backend)
 	if err != nil {
-		return nil, readError("KVCacheBackend "+backend, err)
+		return nil, objects.ReadFailed("KVCacheBackend "+backend, err)
 	}
 	if found && keepsNoLedger(be) {
 		x := others[i]

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // Judged is the verdict on one object of a set.
@@ -18,8 +19,8 @@ type Judged struct {
 // Judge runs every rule on every object of a set as if each were created into a cluster that
 // holds the rest (the CLI's view of its files). Only objects with errors or warnings are
 // returned.
-func Judge(ctx context.Context, f *Files, models []kvv1.ModelDeployment) ([]Judged, error) {
-	all, err := JudgeCreates(ctx, &Files{ChartSettings: f.ChartSettings}, f, models)
+func Judge(ctx context.Context, set objects.Set, models []kvv1.ModelDeployment, o objects.FileOptions) ([]Judged, error) {
+	all, err := JudgeCreates(ctx, objects.Set{}, set, models, o)
 	if err != nil {
 		return nil, err
 	}
@@ -31,15 +32,9 @@ func Judge(ctx context.Context, f *Files, models []kvv1.ModelDeployment) ([]Judg
 // Bindings created before it, as the webhook admits the first of two creates claiming one
 // domain and refuses the second), then ModelDeployments, in the order given. Every object of
 // creates gets a Judged, with or without findings.
-func JudgeCreates(ctx context.Context, cluster, creates *Files, models []kvv1.ModelDeployment) ([]Judged, error) {
-	all := &Files{
-		Backends:      slices.Concat(cluster.Backends, creates.Backends),
-		PoolList:      slices.Concat(cluster.PoolList, creates.PoolList),
-		BindingList:   slices.Concat(cluster.BindingList, creates.BindingList),
-		InstanceTypes: slices.Concat(cluster.InstanceTypes, creates.InstanceTypes),
-		Settings:      slices.Concat(cluster.Settings, creates.Settings),
-		ChartSettings: creates.ChartSettings || cluster.ChartSettings,
-	}
+func JudgeCreates(ctx context.Context, cluster, creates objects.Set, models []kvv1.ModelDeployment, o objects.FileOptions) ([]Judged, error) {
+	everything := cluster.Concat(creates)
+	all := objects.NewFiles(everything, o)
 	var out []Judged
 	add := func(kind, name string, v Verdict) { out = append(out, Judged{Kind: kind, Name: name, Verdict: v}) }
 	for i := range creates.Settings {
@@ -52,18 +47,18 @@ func JudgeCreates(ctx context.Context, cluster, creates *Files, models []kvv1.Mo
 		}
 		add("KVCacheBackend", creates.Backends[i].Name, v)
 	}
-	for i := range creates.PoolList {
-		v, err := Pool(ctx, all, nil, &creates.PoolList[i])
+	for i := range creates.Pools {
+		v, err := Pool(ctx, all, nil, &creates.Pools[i])
 		if err != nil {
 			return nil, err
 		}
-		add("KVCachePool", creates.PoolList[i].Name, v)
+		add("KVCachePool", creates.Pools[i].Name, v)
 	}
-	for i := range creates.BindingList {
-		b := &creates.BindingList[i]
-		before := *all
-		before.BindingList = all.BindingList[:len(cluster.BindingList)+i]
-		v, err := Binding(ctx, &before, nil, b)
+	for i := range creates.Bindings {
+		b := &creates.Bindings[i]
+		before := everything
+		before.Bindings = everything.Bindings[:len(cluster.Bindings)+i]
+		v, err := Binding(ctx, objects.NewFiles(before, o), nil, b)
 		if err != nil {
 			return nil, err
 		}

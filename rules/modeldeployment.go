@@ -13,6 +13,7 @@ import (
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/values"
 )
 
@@ -21,7 +22,7 @@ import (
 // the deployment's namespace (and, when newly named, is not being deleted), every role's engine
 // can use the pool's transport and takes the Binding's dtype, and no role carries a key the
 // attachment owns or that would leave it unread.
-func ModelDeployment(ctx context.Context, o Objects, old, obj *kvv1.ModelDeployment) (Verdict, error) {
+func ModelDeployment(ctx context.Context, o objects.Reader, old, obj *kvv1.ModelDeployment) (Verdict, error) {
 	var v Verdict
 	old, md, unchanged := defaulted(old, obj, func(md *kvv1.ModelDeployment) any { return md.Spec })
 	if unchanged {
@@ -39,7 +40,7 @@ func ModelDeployment(ctx context.Context, o Objects, old, obj *kvv1.ModelDeploym
 	}
 	value, _, err := o.Setting(ctx, kvv1.SettingKVCacheDtypeOwned)
 	if err != nil {
-		return v, readError("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
+		return v, objects.ReadFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
 	}
 	dtypeOwned := kvv1.DtypeOwned(value)
 	errs, warnings, err := attachment(ctx, o, md, roleEngines, attaching, dtypeOwned)
@@ -62,7 +63,7 @@ type roleEngine struct {
 // SGLang, or vLLM, which runs as vLLM-Ascend on an InstanceType whose accelerator manufacturer
 // is ascend. A role whose InstanceType does not exist is judged as plain vLLM. nil when the
 // engine name is not one this API knows (ValidateModelDeployment reports it).
-func roleEnginesOf(ctx context.Context, o Objects, md *kvv1.ModelDeployment) ([]roleEngine, error) {
+func roleEnginesOf(ctx context.Context, o objects.Reader, md *kvv1.ModelDeployment) ([]roleEngine, error) {
 	switch md.Spec.Engine.Name {
 	case kvv1.EngineVLLM, kvv1.EngineSGLang:
 	default:
@@ -79,7 +80,7 @@ func roleEnginesOf(ctx context.Context, o Objects, md *kvv1.ModelDeployment) ([]
 				var err error
 				it, found, err = o.InstanceType(ctx, r.InstanceType)
 				if err != nil {
-					return nil, readError("InstanceType "+r.InstanceType, err)
+					return nil, objects.ReadFailed("InstanceType "+r.InstanceType, err)
 				}
 				if !found {
 					it = nil
@@ -99,42 +100,27 @@ func roleEnginesOf(ctx context.Context, o Objects, md *kvv1.ModelDeployment) ([]
 // attachment resolves Binding -> pool -> backend and checks every role's engine against the
 // backend's transport and the Binding's dtype, as injection does for a Pod. Messages speak of
 // the deployment's own fields.
-func attachment(ctx context.Context, o Objects, md *kvv1.ModelDeployment, roleEngines []roleEngine, attaching, dtypeOwned bool) (field.ErrorList, []string, error) {
+func attachment(ctx context.Context, o objects.Reader, md *kvv1.ModelDeployment, roleEngines []roleEngine, attaching, dtypeOwned bool) (field.ErrorList, []string, error) {
 	bp := field.NewPath("spec", "kvCache", "poolRef", "name")
 	name := md.Spec.KVCache.PoolRef.Name
-	binding, found, err := o.Binding(ctx, md.Namespace, name)
+	chain, br, err := objects.Walk(ctx, o, md.Namespace, name, injection.NamedByPoolRef+" (or remove spec.kvCache)", attaching)
 	if err != nil {
-		return nil, nil, readError(fmt.Sprintf("KVCachePoolBinding %s/%s", md.Namespace, name), err)
+		return nil, nil, err
 	}
-	if !found {
-		e := field.NotFound(bp, name)
-		e.Detail = fmt.Sprintf("no KVCachePoolBinding of this name in namespace %s; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache", md.Namespace)
-		return field.ErrorList{e}, nil, nil
-	}
-	if attaching && binding.DeletionTimestamp != nil {
+	if attaching && chain.Binding != nil && chain.Binding.DeletionTimestamp != nil {
 		return field.ErrorList{field.Forbidden(bp, fmt.Sprintf("KVCachePoolBinding %s/%s is being deleted, so new workloads may not attach to it; name another Binding", md.Namespace, name))}, nil, nil
 	}
-	poolName := binding.Spec.PoolRef.Name
-	pool, found, err := o.Pool(ctx, poolName)
-	if err != nil {
-		return nil, nil, readError("KVCachePool "+poolName, err)
+	if br != nil {
+		if br.Link == objects.LinkBinding {
+			e := field.NotFound(bp, name)
+			e.Detail = br.Message
+			return field.ErrorList{e}, nil, nil
+		}
+		return field.ErrorList{field.Invalid(bp, name, br.Message)}, nil, nil
 	}
-	if !found {
-		return field.ErrorList{field.Invalid(bp, name, fmt.Sprintf("KVCachePool %q, named by KVCachePoolBinding %s/%s, does not exist; ask an administrator to create it or to fix the Binding's spec.poolRef", poolName, md.Namespace, name))}, nil, nil
-	}
-	backendName := poolBackend(pool)
-	if backendName == "" {
-		return nil, nil, nil // the pool's own validation refuses this
-	}
-	backend, found, err := o.Backend(ctx, backendName)
-	if err != nil {
-		return nil, nil, readError("KVCacheBackend "+backendName, err)
-	}
-	if !found {
-		return field.ErrorList{field.Invalid(bp, name, fmt.Sprintf("KVCacheBackend %q, the backend of KVCachePool %q, does not exist; ask an administrator to create it", backendName, poolName))}, nil, nil
-	}
+	binding, poolName, backend := chain.Binding, chain.Pool.Name, chain.Backend
 	backend.Default()
-	storeImage, err := StoreImage(ctx, o, backend)
+	storeImage, err := objects.StoreImage(ctx, o, backend)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -169,19 +155,6 @@ func attachment(ctx context.Context, o Objects, md *kvv1.ModelDeployment, roleEn
 		errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
 	}
 	return errs, warnings, nil
-}
-
-// StoreImage is the image a managed backend's master runs (spec.image, else the Setting
-// kv-cache-backend-image); "" for an external backend, whose image this project cannot see.
-func StoreImage(ctx context.Context, o Objects, b *kvv1.KVCacheBackend) (string, error) {
-	if b.Spec.Connection.Managed == nil {
-		return "", nil
-	}
-	setting, _, err := o.Setting(ctx, kvv1.SettingKVCacheBackendImage)
-	if err != nil {
-		return "", readError("the Setting "+kvv1.SettingKVCacheBackendImage, err)
-	}
-	return b.StoreImage(-1, setting), nil
 }
 
 // VersionSkew says why an engine release and a store image are on different Mooncake lines, ""

@@ -8,12 +8,13 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // Pool judges a KVCachePool created (old nil) or updated. Its backend was checked when the pool
 // was created and cannot change, so on update a backend that has gone since is not a reason to
 // refuse.
-func Pool(ctx context.Context, o Objects, old, obj *kvv1.KVCachePool) (Verdict, error) {
+func Pool(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCachePool) (Verdict, error) {
 	var v Verdict
 	old, p, unchanged := defaulted(old, obj, func(p *kvv1.KVCachePool) any { return p.Spec })
 	if unchanged {
@@ -23,14 +24,14 @@ func Pool(ctx context.Context, o Objects, old, obj *kvv1.KVCachePool) (Verdict, 
 	if old != nil {
 		v.refuse(validation.ValidatePoolUpdate(old, p)...)
 	}
-	name := poolBackend(p)
+	name := p.BackendName()
 	if name == "" {
 		return v, nil // ValidatePool reports it
 	}
 	bp := field.NewPath("spec", "backends").Index(0)
 	b, found, err := o.Backend(ctx, name)
 	if err != nil {
-		return v, readError("KVCacheBackend "+name, err)
+		return v, objects.ReadFailed("KVCacheBackend "+name, err)
 	}
 	if !found {
 		if old == nil {

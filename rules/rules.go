@@ -18,14 +18,6 @@ func (v *Verdict) refuse(errs ...*field.Error) { v.Errors = append(v.Errors, err
 
 func (v *Verdict) warn(w ...string) { v.Warnings = append(v.Warnings, w...) }
 
-// poolBackend is the one backend a pool names, or "" when it does not name exactly one.
-func poolBackend(p *kvv1.KVCachePool) string {
-	if len(p.Spec.Backends) != 1 {
-		return ""
-	}
-	return p.Spec.Backends[0]
-}
-
 // keepsNoLedger reports whether a backend is managed with multi-tenancy off: its master keeps no
 // tenant ledger, so ceilings are not enforced and every write lands in the default tenant.
 func keepsNoLedger(b *kvv1.KVCacheBackend) bool {

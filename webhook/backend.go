@@ -3,27 +3,27 @@ package webhook
 import (
 	"context"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // BackendValidator validates KVCacheBackends with rules.Backend.
 type BackendValidator struct {
-	Reader client.Reader
+	Reader objects.Reader
 }
 
 // ValidateCreate implements admission.Validator.
 func (v *BackendValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.Backend(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
+	verdict, err := rules.Backend(ctx, v.Reader, nil, obj)
 	return answer("KVCacheBackend", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *BackendValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.Backend(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
+	verdict, err := rules.Backend(ctx, v.Reader, oldObj, newObj)
 	return answer("KVCacheBackend", newObj.Name, verdict, err)
 }
 

@@ -18,6 +18,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -39,7 +40,7 @@ func typicalPod() *corev1.Pod {
 }
 
 // walkthroughLookup resolves the walkthrough's backend, pool and Binding from memory.
-func walkthroughLookup(r *generator.Renderer) injection.Lookup {
+func walkthroughLookup(r *generator.Renderer) objects.Reader {
 	b := kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "mooncake-dram"}}
 	b.Spec.Connection.Managed = &kvv1.ManagedConnection{Members: []kvv1.MemberGroup{{
 		NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("8Gi"),
@@ -52,7 +53,7 @@ func walkthroughLookup(r *generator.Renderer) injection.Lookup {
 		PoolRef: kvv1.LocalReference{Name: "shared-dram"}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("8Gi")},
 		Domain: kvv1.Domain{Name: "default", BlockSize: 64, Dtype: "bfloat16"},
 	}}
-	return injection.NewStaticLookup([]kvv1.KVCacheBackend{b}, []kvv1.KVCachePool{p}, []kvv1.KVCachePoolBinding{bi}, nil, "", r.Defaults())
+	return objects.NewFiles(objects.Set{Backends: []kvv1.KVCacheBackend{b}, Pools: []kvv1.KVCachePool{p}, Bindings: []kvv1.KVCachePoolBinding{bi}}, objects.FileOptions{Defaults: r.Defaults()})
 }
 
 func reviewBody(tb testing.TB, pod *corev1.Pod) []byte {

@@ -3,27 +3,27 @@ package webhook
 import (
 	"context"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // BindingValidator validates KVCachePoolBindings with rules.Binding.
 type BindingValidator struct {
-	Reader client.Reader
+	Reader objects.Reader
 }
 
 // ValidateCreate implements admission.Validator.
 func (v *BindingValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCachePoolBinding) (admission.Warnings, error) {
-	verdict, err := rules.Binding(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
+	verdict, err := rules.Binding(ctx, v.Reader, nil, obj)
 	return answer("KVCachePoolBinding", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *BindingValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCachePoolBinding) (admission.Warnings, error) {
-	verdict, err := rules.Binding(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
+	verdict, err := rules.Binding(ctx, v.Reader, oldObj, newObj)
 	return answer("KVCachePoolBinding", newObj.Name, verdict, err)
 }
 

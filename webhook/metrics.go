@@ -7,8 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvcache-operator/kvcache/internal/promutil"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kvcache-operator/kvcache/internal/promutil"
 )
 
 // Metrics count admissions by webhook, outcome and refusal class, and time them.

@@ -3,27 +3,27 @@ package webhook
 import (
 	"context"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // ModelDeploymentValidator validates ModelDeployments with rules.ModelDeployment.
 type ModelDeploymentValidator struct {
-	Reader client.Reader
+	Reader objects.Reader
 }
 
 // ValidateCreate implements admission.Validator.
 func (v *ModelDeploymentValidator) ValidateCreate(ctx context.Context, obj *kvv1.ModelDeployment) (admission.Warnings, error) {
-	verdict, err := rules.ModelDeployment(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
+	verdict, err := rules.ModelDeployment(ctx, v.Reader, nil, obj)
 	return answer("ModelDeployment", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *ModelDeploymentValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.ModelDeployment) (admission.Warnings, error) {
-	verdict, err := rules.ModelDeployment(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
+	verdict, err := rules.ModelDeployment(ctx, v.Reader, oldObj, newObj)
 	return answer("ModelDeployment", newObj.Name, verdict, err)
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // ownedPath matches every place injection may write: one annotation (or the annotations object
@@ -84,12 +85,9 @@ func decodeRaw(t *testing.T, raw []byte) *corev1.Pod {
 
 // goldenLookup resolves from the cluster files of snapshots/inject, as `kvcache inject
 // --cluster` does.
-func goldenLookup(t *testing.T, r *generator.Renderer, files ...string) injection.Lookup {
+func goldenLookup(t *testing.T, r *generator.Renderer, files ...string) objects.Reader {
 	t.Helper()
-	var backends []kvv1.KVCacheBackend
-	var pools []kvv1.KVCachePool
-	var bindings []kvv1.KVCachePoolBinding
-	var settings []kvv1.Setting
+	var set objects.Set
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		require.NoError(t, err)
@@ -98,19 +96,19 @@ func goldenLookup(t *testing.T, r *generator.Renderer, files ...string) injectio
 		for _, o := range objs {
 			switch x := o.(type) {
 			case *kvv1.KVCacheBackend:
-				backends = append(backends, *x)
+				set.Backends = append(set.Backends, *x)
 			case *kvv1.KVCachePool:
-				pools = append(pools, *x)
+				set.Pools = append(set.Pools, *x)
 			case *kvv1.KVCachePoolBinding:
-				bindings = append(bindings, *x)
+				set.Bindings = append(set.Bindings, *x)
 			case *kvv1.Setting:
-				settings = append(settings, *x)
+				set.Settings = append(set.Settings, *x)
 			default:
 				t.Fatalf("%s: %T is not a cluster object", f, o)
 			}
 		}
 	}
-	return injection.NewStaticLookup(backends, pools, bindings, settings, generator.DefaultSystemNamespace, r.Defaults())
+	return objects.NewFiles(set, objects.FileOptions{SystemNamespace: generator.DefaultSystemNamespace, Defaults: r.Defaults()})
 }
 
 // goldenPods returns the Pods (and Pod templates, as Pods) of one input of snapshots/inject.
@@ -183,7 +181,7 @@ func TestPatchAppliedToTheRequestIsInjectionsOutputForEveryGolden(t *testing.T) 
 				raw, err := json.Marshal(pod)
 				require.NoError(t, err)
 				o := admitRaw(t, m, pod.Namespace, raw)
-				want, _, err := inj.Inject(context.Background(), pod.DeepCopy(), pod.Namespace, lookup)
+				res, err := inj.Inject(context.Background(), pod.DeepCopy(), pod.Namespace, lookup)
 				var rf *injection.Refusal
 				if err != nil {
 					require.ErrorAs(t, err, &rf)
@@ -194,6 +192,8 @@ func TestPatchAppliedToTheRequestIsInjectionsOutputForEveryGolden(t *testing.T) 
 					continue
 				}
 				require.True(t, o.Response.Allowed, "admitted by injection, so by the handler: %+v", o.Response.Result)
+				want, err := res.Apply(pod)
+				require.NoError(t, err)
 				got := decodeRaw(t, applyPatch(t, raw, o.Response))
 				assert.JSONEq(t, canonical(t, want), canonical(t, got), "the patched request is injection's output")
 				if canonical(t, want) == canonical(t, pod) {
@@ -383,95 +383,11 @@ func TestPatchKeepsFieldsThePodTypeDoesNotKnow(t *testing.T) {
 				assert.Equal(t, name, entry.(map[string]any)["name"], ptr)
 				assert.NotContains(t, entry, "futureEnv", "%s is injection's entry, written whole", ptr)
 			}
-			want, _, err := inj.Inject(context.Background(), decodeRaw(t, raw), "team-a", lookup)
+			res, err := inj.Inject(context.Background(), decodeRaw(t, raw), "team-a", lookup)
+			require.NoError(t, err)
+			want, err := res.Apply(decodeRaw(t, raw))
 			require.NoError(t, err)
 			assert.JSONEq(t, canonical(t, want), canonical(t, decodeRaw(t, patched)), "the patched Pod, read by this build, is injection's output")
 		})
 	}
-}
-
-// podPatch refuses to express a change merge does not make: carrying it would rewrite entries
-// (and their unknown fields) injection does not own.
-func TestPodPatchRefusesChangesMergeDoesNotMake(t *testing.T) {
-	base := func() *corev1.Pod {
-		return &corev1.Pod{Spec: corev1.PodSpec{
-			Volumes: []corev1.Volume{{Name: "models"}},
-			Containers: []corev1.Container{{
-				Name: "server", Args: []string{"serve"},
-				Env:          []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "models", MountPath: "/models"}},
-			}},
-		}}
-	}
-	for name, c := range map[string]struct {
-		change func(p *corev1.Pod)
-		want   string
-	}{
-		"a volume inserted before the Pod's": {func(p *corev1.Pod) {
-			p.Spec.Volumes = append([]corev1.Volume{{Name: "first"}}, p.Spec.Volumes...)
-		}, `injection changed entry 0 of the Pod's volumes ("models" became "first")`},
-		"a mount removed": {func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts = nil },
-			`injection removed entries of container "server"'s volumeMounts (0 of 1 left)`},
-		"an argument rewritten": {func(p *corev1.Pod) { p.Spec.Containers[0].Args[0] = "run" },
-			`injection changed entry 0 of container "server"'s args ("serve" became "run")`},
-		"env reordered": {func(p *corev1.Pod) {
-			e := p.Spec.Containers[0].Env
-			e[0], e[1] = e[1], e[0]
-		}, `injection removed or moved env A of container "server"`},
-		"a container added": {func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "extra"})
-		}, "injection changed the number of containers from 1 to 2"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			out := base()
-			c.change(out)
-			_, err := podPatch(base(), out)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), c.want)
-		})
-	}
-}
-
-// The operations, exactly, for the changes merge makes: one per annotation key, env written in
-// place by index with a later duplicate removed, entries appended, a list added whole when the
-// Pod has none.
-func TestPodPatchOperations(t *testing.T) {
-	in := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
-		Name: "server", Args: []string{"serve"},
-		Env: []corev1.EnvVar{{Name: "T", Value: "mine"}, {Name: "H", Value: "/m"}, {Name: "T", Value: "dup"}},
-	}}}}
-	out := in.DeepCopy()
-	out.Annotations = map[string]string{"k/a": "1"}
-	out.Spec.Volumes = []corev1.Volume{{Name: "cfg"}}
-	c := &out.Spec.Containers[0]
-	c.Env = []corev1.EnvVar{{Name: "T", Value: "tenant"}, {Name: "H", Value: "/m"}, {Name: "M", Value: "1"}}
-	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}}
-	c.Args = append(c.Args, "--flag", "v")
-	ops, err := podPatch(in, out)
-	require.NoError(t, err)
-	var got []string
-	for _, op := range ops {
-		got = append(got, op.Json())
-	}
-	assert.Equal(t, []string{
-		`{"op":"add","path":"/metadata/annotations","value":{"k/a":"1"}}`,
-		`{"op":"add","path":"/spec/volumes","value":[{"name":"cfg"}]}`,
-		`{"op":"replace","path":"/spec/containers/0/env/0","value":{"name":"T","value":"tenant"}}`,
-		`{"op":"remove","path":"/spec/containers/0/env/2"}`,
-		`{"op":"add","path":"/spec/containers/0/env/-","value":{"name":"M","value":"1"}}`,
-		`{"op":"add","path":"/spec/containers/0/volumeMounts","value":[{"name":"cfg","mountPath":"/cfg"}]}`,
-		`{"op":"add","path":"/spec/containers/0/args/-","value":"--flag"}`,
-		`{"op":"add","path":"/spec/containers/0/args/-","value":"v"}`,
-	}, got)
-
-	// With annotations present, each key is set on its own; an unchanged Pod has no operations.
-	in.Annotations = map[string]string{"k/b": "2", "k/a": "0"}
-	out.Annotations = map[string]string{"k/b": "2", "k/a": "1", "k/c": "3"}
-	ops, err = podPatch(in, out)
-	require.NoError(t, err)
-	assert.Equal(t, `{"op":"add","path":"/metadata/annotations/k~1a","value":"1"}`, ops[0].Json())
-	assert.Equal(t, `{"op":"add","path":"/metadata/annotations/k~1c","value":"3"}`, ops[1].Json())
-	ops, err = podPatch(in, in.DeepCopy())
-	require.NoError(t, err)
-	assert.Empty(t, ops)
 }

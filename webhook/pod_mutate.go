@@ -11,18 +11,19 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // PodMutator is the Pod mutating webhook: it injects opted-in Pods and refuses, with the
 // reason, every opted-in Pod that would start normally and cache nothing.
 type PodMutator struct {
 	Injector *injection.Injector
-	Lookup   injection.Lookup
+	Objects  objects.Reader
 }
 
 // NewPodMutator returns the handler.
-func NewPodMutator(inj *injection.Injector, lookup injection.Lookup) *PodMutator {
-	return &PodMutator{Injector: inj, Lookup: lookup}
+func NewPodMutator(inj *injection.Injector, r objects.Reader) *PodMutator {
+	return &PodMutator{Injector: inj, Objects: r}
 }
 
 // NotOptedIn is the message of an admission that left a Pod alone.
@@ -71,7 +72,7 @@ func (m *PodMutator) Admit(ctx context.Context, req admission.Request) Outcome {
 	if ns == "" {
 		ns = pod.Namespace
 	}
-	out, res, err := m.Injector.Inject(ctx, pod, ns, m.Lookup)
+	res, err := m.Injector.Inject(ctx, pod, ns, m.Objects)
 	var rf *injection.Refusal
 	if errors.As(err, &rf) {
 		return refused(rf.Message, rf.Reason)
@@ -79,12 +80,8 @@ func (m *PodMutator) Admit(ctx context.Context, req admission.Request) Outcome {
 	if err != nil {
 		return errored(http.StatusInternalServerError, err, "InternalError")
 	}
-	// A Pod that comes back unchanged (resubmitted as injection writes it) gets no patch.
-	ops, err := podPatch(pod, out)
-	if err != nil {
-		return errored(http.StatusInternalServerError, err, "InternalError")
-	}
-	resp := admission.Patched("", ops...)
+	// Injection's own edits are the patch; a Pod resubmitted as injection writes it gets none.
+	resp := admission.Patched("", res.Patch...)
 	resp.Warnings = res.Warnings
 	return admitted(resp)
 }

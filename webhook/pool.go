@@ -3,27 +3,27 @@ package webhook
 import (
 	"context"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
 // PoolValidator validates KVCachePools with rules.Pool.
 type PoolValidator struct {
-	Reader client.Reader
+	Reader objects.Reader
 }
 
 // ValidateCreate implements admission.Validator.
 func (v *PoolValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCachePool) (admission.Warnings, error) {
-	verdict, err := rules.Pool(ctx, rules.Cluster{Reader: v.Reader}, nil, obj)
+	verdict, err := rules.Pool(ctx, v.Reader, nil, obj)
 	return answer("KVCachePool", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *PoolValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCachePool) (admission.Warnings, error) {
-	verdict, err := rules.Pool(ctx, rules.Cluster{Reader: v.Reader}, oldObj, newObj)
+	verdict, err := rules.Pool(ctx, v.Reader, oldObj, newObj)
 	return answer("KVCachePool", newObj.Name, verdict, err)
 }
 

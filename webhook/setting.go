@@ -3,17 +3,14 @@ package webhook
 import (
 	"context"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
-// SettingValidator validates Settings with rules.Setting.
-type SettingValidator struct {
-	Reader client.Reader
-}
+// SettingValidator validates Settings with rules.Setting, which reads nothing else.
+type SettingValidator struct{}
 
 // ValidateCreate implements admission.Validator.
 func (v *SettingValidator) ValidateCreate(_ context.Context, obj *kvv1.Setting) (admission.Warnings, error) {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
@@ -31,7 +32,7 @@ var (
 
 // answer translates a rule's verdict into the admission answer for an object of kind.
 func answer(kind, name string, v rules.Verdict, err error) (admission.Warnings, error) {
-	var re *rules.ReadError
+	var re *objects.ReadError
 	if errors.As(err, &re) {
 		return nil, apierrors.NewInternalError(re)
 	}

@@ -23,6 +23,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
@@ -126,27 +127,29 @@ func vtDeleting[T client.Object](obj T) T {
 }
 
 // vtReader is a fake API server holding objs.
-func vtReader(t *testing.T, objs ...client.Object) client.Reader {
+func vtReader(t *testing.T, objs ...client.Object) objects.Reader {
 	t.Helper()
 	s, err := generator.NewScheme()
 	require.NoError(t, err)
-	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	return objects.Cluster{Cached: fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithIndex(&kvv1.KVCachePoolBinding{}, objects.BindingPoolField, func(o client.Object) []string {
+		return []string{o.(*kvv1.KVCachePoolBinding).Spec.PoolRef.Name}
+	}).Build()}
 }
 
 // vtFailingReader fails every read of a T with a server timeout.
-func vtFailingReader[T client.Object](t *testing.T, objs ...client.Object) client.Reader {
+func vtFailingReader[T client.Object](t *testing.T, objs ...client.Object) objects.Reader {
 	t.Helper()
 	s, err := generator.NewScheme()
 	require.NoError(t, err)
 	boom := apierrors.NewServerTimeout(kvv1.GroupVersion.WithResource("x").GroupResource(), "get", 1)
-	return interceptor.NewClient(fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build(), interceptor.Funcs{
+	return objects.Cluster{Cached: interceptor.NewClient(fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build(), interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if _, ok := obj.(T); ok {
 				return boom
 			}
 			return c.Get(ctx, key, obj, opts...)
 		},
-	})
+	})}
 }
 
 // vtCase is one admission in a validator's table: a create of obj, or (old set) an update of
@@ -162,7 +165,7 @@ type vtCase[T client.Object] struct {
 }
 
 // runVTCases admits each case through a validator reading the case's cluster.
-func runVTCases[T client.Object](t *testing.T, cases []vtCase[T], validator func(client.Reader) admission.Validator[T]) {
+func runVTCases[T client.Object](t *testing.T, cases []vtCase[T], validator func(objects.Reader) admission.Validator[T]) {
 	t.Helper()
 	var none T
 	for _, tt := range cases {
@@ -195,7 +198,7 @@ func runVTCases[T client.Object](t *testing.T, cases []vtCase[T], validator func
 // have no CLI path: render judges every object as created.)
 func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want []string, warn admission.Warnings) {
 	t.Helper()
-	f := &rules.Files{}
+	var f objects.Set
 	var models []kvv1.ModelDeployment
 	kind, name := "", obj.GetName()
 	if obj.GetNamespace() != "" {
@@ -211,9 +214,9 @@ func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want [
 		case *kvv1.KVCacheBackend:
 			f.Backends = append(f.Backends, *x)
 		case *kvv1.KVCachePool:
-			f.PoolList = append(f.PoolList, *x)
+			f.Pools = append(f.Pools, *x)
 		case *kvv1.KVCachePoolBinding:
-			f.BindingList = append(f.BindingList, *x)
+			f.Bindings = append(f.Bindings, *x)
 		case *kvv1.InstanceType:
 			f.InstanceTypes = append(f.InstanceTypes, *x)
 		case *kvv1.ModelDeployment:
@@ -232,7 +235,7 @@ func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want [
 	case *kvv1.ModelDeployment:
 		kind = "ModelDeployment"
 	}
-	judged, err := rules.Judge(context.Background(), f, models)
+	judged, err := rules.Judge(context.Background(), f, models, objects.FileOptions{})
 	require.NoError(t, err)
 	var got []string
 	var warnings admission.Warnings
@@ -365,7 +368,7 @@ func TestBackendValidator(t *testing.T) {
 			},
 		},
 	}
-	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.KVCacheBackend] { return &BackendValidator{Reader: r} })
+	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.KVCacheBackend] { return &BackendValidator{Reader: r} })
 
 	t.Run("delete is admitted", func(t *testing.T) {
 		v := &BackendValidator{Reader: vtReader(t, vtWalkthrough()...)}
@@ -454,7 +457,7 @@ func TestPoolValidator(t *testing.T) {
 			mutate: func(p *kvv1.KVCachePool) { p.Finalizers = nil },
 		},
 	}
-	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.KVCachePool] { return &PoolValidator{Reader: r} })
+	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.KVCachePool] { return &PoolValidator{Reader: r} })
 }
 
 func TestBindingValidator(t *testing.T) {
@@ -582,7 +585,7 @@ func TestBindingValidator(t *testing.T) {
 			mutate: func(b *kvv1.KVCachePoolBinding) { b.Finalizers = nil },
 		},
 	}
-	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.KVCachePoolBinding] {
+	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.KVCachePoolBinding] {
 		return &BindingValidator{Reader: r}
 	})
 
@@ -597,10 +600,10 @@ func TestBindingValidator(t *testing.T) {
 				return c.List(ctx, list, opts...)
 			},
 		})
-		_, err = (&BindingValidator{Reader: r}).ValidateCreate(context.Background(), vtBinding("team-b", "chat", "shared-dram", "chat"))
+		_, err = (&BindingValidator{Reader: objects.Cluster{Cached: r}}).ValidateCreate(context.Background(), vtBinding("team-b", "chat", "shared-dram", "chat"))
 		require.Error(t, err)
 		assert.True(t, apierrors.IsInternalError(err), "got %v", err)
-		assert.Contains(t, err.Error(), "could not read the KVCachePoolBindings: connection refused")
+		assert.Contains(t, err.Error(), "could not read the KVCachePoolBindings of KVCachePool shared-dram: connection refused")
 	})
 }
 
@@ -644,13 +647,13 @@ func TestModelDeploymentValidator(t *testing.T) {
 			name:    "a deployment whose Binding is missing is refused, saying to name one in this namespace",
 			cluster: vtWalkthrough()[:3],
 			obj:     vtDeployment(),
-			want:    []string{`spec.kvCache.poolRef.name: Not found: "team-a": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+			want:    []string{`spec.kvCache.poolRef.name: Not found: "team-a": KVCachePoolBinding "team-a" not found in namespace "team-a": create it there (an administrator grants a namespace a pool with a Binding), or fix spec.kvCache.poolRef.name (or remove spec.kvCache)`},
 		},
 		{
 			name:    "a Binding of the same name in another namespace does not count",
 			cluster: append(vtWalkthrough()[:3], vtBinding("team-b", "team-a", "shared-dram", "")),
 			obj:     vtDeployment(),
-			want:    []string{`spec.kvCache.poolRef.name: Not found: "team-a": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+			want:    []string{`spec.kvCache.poolRef.name: Not found: "team-a": KVCachePoolBinding "team-a" not found in namespace "team-a": create it there (an administrator grants a namespace a pool with a Binding), or fix spec.kvCache.poolRef.name (or remove spec.kvCache)`},
 		},
 		{
 			name:    "a Binding being deleted is refused to a new deployment",
@@ -810,7 +813,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 			mutate: func(md *kvv1.ModelDeployment) {
 				md.Spec.KVCache = &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "team-x"}}
 			},
-			want: []string{`spec.kvCache.poolRef.name: Not found: "team-x": no KVCachePoolBinding of this name in namespace team-a; name a KVCachePoolBinding in this namespace (an administrator grants a namespace a pool with one), or remove spec.kvCache`},
+			want: []string{`spec.kvCache.poolRef.name: Not found: "team-x": KVCachePoolBinding "team-x" not found in namespace "team-a": create it there (an administrator grants a namespace a pool with a Binding), or fix spec.kvCache.poolRef.name (or remove spec.kvCache)`},
 		},
 		{
 			name:    "SGLang attached to a Binding in fp8, a spelling SGLang's --kv-cache-dtype lacks, is refused naming the ones it takes",
@@ -848,7 +851,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 			mutate: func(md *kvv1.ModelDeployment) { md.Finalizers = nil },
 		},
 	}
-	runVTCases(t, tests, func(r client.Reader) admission.Validator[*kvv1.ModelDeployment] {
+	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.ModelDeployment] {
 		return &ModelDeploymentValidator{Reader: r}
 	})
 
@@ -862,7 +865,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 }
 
 func TestSettingValidator(t *testing.T) {
-	v := &SettingValidator{Reader: vtReader(t)}
+	v := &SettingValidator{}
 	ctx := context.Background()
 
 	_, err := v.ValidateCreate(ctx, vtImageSetting())

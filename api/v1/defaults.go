@@ -1,6 +1,10 @@
 package v1
 
-import "k8s.io/utils/ptr"
+import (
+	"slices"
+
+	"k8s.io/utils/ptr"
+)
 
 // The Default methods fill exactly the fields the CRD schema defaults (the +kubebuilder:default
 // markers), so an object decoded from a file behaves as the API server would store it. A test
@@ -131,3 +135,16 @@ func (b *KVCacheBackend) StoreImage(group int, setting string) string {
 	}
 	return setting
 }
+
+// BackendName is the one backend a pool divides, or "" when it does not name exactly one
+// (admission refuses such a pool).
+func (p *KVCachePool) BackendName() string {
+	if len(p.Spec.Backends) != 1 {
+		return ""
+	}
+	return p.Spec.Backends[0]
+}
+
+// IsOn reports whether a pool names backend: its Bindings register their domains on that
+// backend's master, and the backend is kept while the pool exists.
+func (p *KVCachePool) IsOn(backend string) bool { return slices.Contains(p.Spec.Backends, backend) }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
@@ -139,11 +138,7 @@ func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*chec
 	}
 	// The Pods resolve against everything, the manifests' own objects included, as they would
 	// once applied.
-	lookup := injection.NewStaticLookup(
-		slices.Concat(cluster.backends, creates.backends), slices.Concat(cluster.pools, creates.pools),
-		slices.Concat(cluster.bindings, creates.bindings), slices.Concat(cluster.settings, creates.settings),
-		o.systemNamespace, r.Defaults())
-	return check.Offline(cmd.Context(), cluster.files(), creates.files(), creates.models, pods, injection.New(r), lookup)
+	return check.Offline(cmd.Context(), cluster.set, creates.set, creates.models, pods, injection.New(r), fileOptions(o.systemNamespace, r))
 }
 
 // live checks the cluster of the kubeconfig.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,7 +13,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	sigsjson "sigs.k8s.io/json"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 type injectOptions struct {
@@ -100,17 +99,16 @@ type outDoc struct {
 	obj map[string]any
 }
 
-// templatePath is where each pod holder keeps its Pod template ("" path: the object itself).
-var templatePath = map[string][]string{
-	"Pod":     nil,
-	"CronJob": {"spec", "jobTemplate", "spec", "template"},
-}
-
-func podTemplatePath(kind string) []string {
-	if p, ok := templatePath[kind]; ok {
-		return p
+// podTemplatePointer is the JSON pointer to where a pod holder keeps its Pod template ("" for a
+// Pod: the object itself).
+func podTemplatePointer(kind string) string {
+	switch kind {
+	case "Pod":
+		return ""
+	case "CronJob":
+		return "/spec/jobTemplate/spec/template"
 	}
-	return []string{"spec", "template"}
+	return "/spec/template"
 }
 
 func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
@@ -132,7 +130,7 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	lookup := injection.NewStaticLookup(cluster.backends, cluster.pools, cluster.bindings, cluster.settings, o.systemNamespace, r.Defaults())
+	lookup := objects.NewFiles(cluster.set, fileOptions(o.systemNamespace, r))
 	inj := injection.New(r)
 
 	var outs []outDoc
@@ -159,14 +157,14 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 
 // injectDocument injects one document. It returns the output document, or the refusal line, and
 // the warning lines.
-func injectDocument(ctx context.Context, inj *injection.Injector, lookup injection.Lookup, d document, namespace string) (outDoc, string, []string, error) {
+func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects.Reader, d document, namespace string) (outDoc, string, []string, error) {
 	keep := outDoc{raw: d.raw}
 	h, err := decodePodHolder(d, namespace)
 	if err != nil || h == nil || !injection.OptedIn(h.pod) {
 		return keep, "", nil, err
 	}
 	pod, ns, name, gvk, j := h.pod, h.namespace, h.name, h.gvk, h.json
-	out, res, err := inj.Inject(ctx, pod, ns, lookup)
+	res, err := inj.Inject(ctx, pod, ns, lookup)
 	var rf *injection.Refusal
 	if errors.As(err, &rf) {
 		return keep, fmt.Sprintf("refused: %s/%s: %s", gvk.Kind, name, rf.Message), nil, nil
@@ -178,8 +176,17 @@ func injectDocument(ctx context.Context, inj *injection.Injector, lookup injecti
 	for _, w := range res.Warnings {
 		warns = append(warns, fmt.Sprintf("%s/%s: %s", gvk.Kind, name, w))
 	}
-	doc, err := replaceTemplate(j, gvk.Kind, out)
+	if len(res.Patch) == 0 {
+		return keep, "", warns, nil
+	}
+	// The webhook's own patch, applied where this kind keeps its Pod template: the document is
+	// what the API server stores for the Pod, by construction.
+	patched, err := res.Patch.Apply(j, podTemplatePointer(gvk.Kind))
 	if err != nil {
+		return keep, "", nil, err
+	}
+	var doc map[string]any
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(patched, &doc); err != nil {
 		return keep, "", nil, err
 	}
 	return outDoc{raw: d.raw, obj: doc}, "", warns, nil
@@ -223,42 +230,6 @@ func decodePodHolder(d document, namespace string) (*podHolder, error) {
 	pod := &corev1.Pod{ObjectMeta: *objMeta.DeepCopy(), Spec: *spec.DeepCopy()}
 	pod.Namespace = ns
 	return &podHolder{pod: pod, namespace: ns, name: name, gvk: gvk, json: j}, nil
-}
-
-// replaceTemplate writes the injected Pod's labels, annotations and spec into the original
-// document, leaving every other field as the user wrote it.
-func replaceTemplate(j []byte, kind string, pod *corev1.Pod) (map[string]any, error) {
-	var doc map[string]any
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &doc); err != nil {
-		return nil, err
-	}
-	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&pod.Spec)
-	if err != nil {
-		return nil, err
-	}
-	generator.PruneUnset(spec)
-	path := podTemplatePath(kind)
-	set := func(v any, fields ...string) error {
-		return unstructured.SetNestedField(doc, v, append(slices.Clone(path), fields...)...)
-	}
-	if err := set(stringMap(pod.Labels), "metadata", "labels"); err != nil {
-		return nil, err
-	}
-	if err := set(stringMap(pod.Annotations), "metadata", "annotations"); err != nil {
-		return nil, err
-	}
-	if err := set(spec, "spec"); err != nil {
-		return nil, err
-	}
-	return doc, nil
-}
-
-func stringMap(m map[string]string) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // marshalDocs writes the documents in input order: unchanged ones byte for byte (YAML) and

@@ -21,6 +21,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/webhook"
 )
 
@@ -149,7 +150,7 @@ func assertHandlerAgrees(t *testing.T, c injectCase, clusterFiles []string, cliO
 	require.NoError(t, err)
 	r, err := generator.NewRenderer()
 	require.NoError(t, err)
-	lookup := injection.NewStaticLookup(cluster.backends, cluster.pools, cluster.bindings, cluster.settings, generator.DefaultSystemNamespace, r.Defaults())
+	lookup := objects.NewFiles(cluster.set, fileOptions(generator.DefaultSystemNamespace, r))
 	handler := webhook.NewPodMutator(injection.New(r), lookup)
 
 	inDocs, err := readInputs([]string{c.path(".yaml")}, nil)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // TestModelDeploymentSnapshots renders each input as `kvcache render` does and pins the
@@ -23,8 +24,9 @@ func TestModelDeploymentSnapshots(t *testing.T) {
 			in, err := readAPIInput(splitDocuments(c.Input, data))
 			require.NoError(t, err)
 			// Warnings (version skew, for the SGLang and Ascend inputs) are the validator tests'.
-			require.NoError(t, in.validate(t.Context(), io.Discard))
-			objs, err := renderModelDeployments(r, in, generator.DefaultSystemNamespace)
+			opts := fileOptions(generator.DefaultSystemNamespace, r)
+			require.NoError(t, in.validate(t.Context(), io.Discard, opts))
+			objs, err := renderModelDeployments(t.Context(), r, in, objects.NewFiles(in.set, opts))
 			require.NoError(t, err)
 			generator.SortObjects(objs)
 			out, err := generator.Marshal(objs, "yaml")

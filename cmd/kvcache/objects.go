@@ -12,7 +12,8 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/rules"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // apiKinds are the kinds of this project's API that the CLI reads, in the order the
@@ -49,14 +50,11 @@ type kvObject interface {
 // namespaced reports whether a kind of this API is namespaced.
 func namespaced(kind string) bool { return kind == "KVCachePoolBinding" || kind == "ModelDeployment" }
 
-// apiInput is a set of this API's objects read from files.
+// apiInput is a set of this API's objects read from files: what the objects package reads, and
+// the ModelDeployments.
 type apiInput struct {
-	backends []kvv1.KVCacheBackend
-	pools    []kvv1.KVCachePool
-	bindings []kvv1.KVCachePoolBinding
-	models   []kvv1.ModelDeployment
-	types    []kvv1.InstanceType
-	settings []kvv1.Setting
+	set    objects.Set
+	models []kvv1.ModelDeployment
 }
 
 // decodeAPIObject decodes a document that must be one of this API's kinds. Anything else is a
@@ -152,17 +150,17 @@ func readAPIInput(docs []document) (*apiInput, error) {
 		obj.Default()
 		switch o := obj.(type) {
 		case *kvv1.KVCacheBackend:
-			in.backends = append(in.backends, *o)
+			in.set.Backends = append(in.set.Backends, *o)
 		case *kvv1.KVCachePool:
-			in.pools = append(in.pools, *o)
+			in.set.Pools = append(in.set.Pools, *o)
 		case *kvv1.KVCachePoolBinding:
-			in.bindings = append(in.bindings, *o)
+			in.set.Bindings = append(in.set.Bindings, *o)
 		case *kvv1.ModelDeployment:
 			in.models = append(in.models, *o)
 		case *kvv1.InstanceType:
-			in.types = append(in.types, *o)
+			in.set.InstanceTypes = append(in.set.InstanceTypes, *o)
 		case *kvv1.Setting:
-			in.settings = append(in.settings, *o)
+			in.set.Settings = append(in.set.Settings, *o)
 		}
 	}
 	return in, nil
@@ -188,18 +186,8 @@ func qualifiedName(o kvObject) string {
 	return o.GetName()
 }
 
-// settingValues is the Setting catalog's defaults overlaid with the input's Settings: what a
-// default install of the chart plus these objects would hold.
-func (in *apiInput) settingValues() map[string]string {
-	v := kvv1.SettingCatalog()
-	for _, s := range in.settings {
-		v[s.Name] = s.Spec.Value
-	}
-	return v
-}
-
-// files is the input as the admission rules read it.
-func (in *apiInput) files() *rules.Files {
-	return &rules.Files{Backends: in.backends, PoolList: in.pools, BindingList: in.bindings,
-		InstanceTypes: in.types, Settings: in.settings, ChartSettings: true}
+// fileOptions are what every CLI command assumes of the cluster its files stand for: a default
+// chart install (the Setting catalog at its defaults) with stores in systemNamespace.
+func fileOptions(systemNamespace string, r *generator.Renderer) objects.FileOptions {
+	return objects.FileOptions{ChartSettings: true, SystemNamespace: systemNamespace, Defaults: r.Defaults()}
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 	"github.com/kvcache-operator/kvcache/values"
 )
@@ -70,14 +70,15 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := in.validate(cmd.Context(), cmd.ErrOrStderr()); err != nil {
-		return nil, err
-	}
 	r, err := generator.NewRenderer()
 	if err != nil {
 		return nil, err
 	}
-	objs, err := renderAll(r, in, o.systemNamespace, o.operatorImage)
+	opts := fileOptions(o.systemNamespace, r)
+	if err := in.validate(cmd.Context(), cmd.ErrOrStderr(), opts); err != nil {
+		return nil, err
+	}
+	objs, err := renderAll(cmd.Context(), r, in, objects.NewFiles(in.set, opts), o.systemNamespace, o.operatorImage)
 	if err != nil {
 		return nil, invalidErrorf("invalid: %v", err)
 	}
@@ -88,50 +89,39 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 	return out, nil
 }
 
-// renderAll renders the store of every backend; the pools and Bindings on a backend seed its
-// tenant ledger.
-func renderAll(r *generator.Renderer, in *apiInput, ns, operatorImage string) ([]generator.Object, error) {
-	settings := in.settingValues()
+// renderAll renders what the operator applies for the input: the store of every backend, its
+// input gathered by the operator's own function (objects.StoreInput), and the roles of every
+// ModelDeployment, resolved as the operator resolves them (injection.ModelDeploymentInput).
+func renderAll(ctx context.Context, r *generator.Renderer, in *apiInput, files *objects.Files, ns, operatorImage string) ([]generator.Object, error) {
 	var all []generator.Object
-	backends := slices.Clone(in.backends)
+	backends := slices.Clone(in.set.Backends)
 	sort.Slice(backends, func(i, j int) bool { return backends[i].Name < backends[j].Name })
 	for i := range backends {
-		b := &backends[i]
-		objs, err := r.RenderStore(generator.StoreInput{
-			Backend:             b,
-			SystemNamespace:     ns,
-			BackendImageSetting: settings["kv-cache-backend-image"],
-			Tenants:             generator.TenantsFor(b.Name, in.pools, in.bindings),
-			OperatorImage:       operatorImage,
-		})
+		sin, err := objects.StoreInput(ctx, files, &backends[i], ns, operatorImage)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := r.RenderStore(sin)
 		if err != nil {
 			return nil, err
 		}
 		all = append(all, objs...)
 	}
-	mdObjs, err := renderModelDeployments(r, in, ns)
+	mds, err := renderModelDeployments(ctx, r, in, files)
 	if err != nil {
 		return nil, err
 	}
-	all = append(all, mdObjs...)
+	all = append(all, mds...)
 	generator.SortObjects(all)
 	return all, nil
 }
 
-// renderModelDeployments renders each ModelDeployment's roles, resolving its cache attachment
-// against the input's Bindings, pools and backends exactly as the operator resolves it against
-// the cluster (a pool without status gets the status the operator would publish).
-func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]generator.Object, error) {
-	ctx := context.Background()
-	lookup := injection.NewStaticLookup(in.backends, in.pools, in.bindings, in.settings, ns, r.Defaults())
-	types := map[string]*kvv1.InstanceType{}
-	for i := range in.types {
-		types[in.types[i].Name] = &in.types[i]
-	}
+// renderModelDeployments renders every ModelDeployment's roles.
+func renderModelDeployments(ctx context.Context, r *generator.Renderer, in *apiInput, files *objects.Files) ([]generator.Object, error) {
 	var all []generator.Object
 	for i := range in.models {
 		md := &in.models[i]
-		mi, _, rf := injection.ModelDeploymentInput(ctx, lookup, md, types)
+		mi, _, rf := injection.ModelDeploymentInput(ctx, files, md)
 		if rf != nil {
 			return nil, fmt.Errorf("ModelDeployment %s/%s: spec.kvCache.poolRef.name: %s", md.Namespace, md.Name, rf.Message)
 		}
@@ -148,8 +138,8 @@ func renderModelDeployments(r *generator.Renderer, in *apiInput, ns string) ([]g
 // a cluster holding the rest (the Setting catalog as a default chart install leaves it), and
 // reports all problems at once, each prefixed with the object it belongs to. Warnings go to
 // stderr either way.
-func (in *apiInput) validate(ctx context.Context, stderr io.Writer) error {
-	judged, err := rules.Judge(ctx, in.files(), in.models)
+func (in *apiInput) validate(ctx context.Context, stderr io.Writer, opts objects.FileOptions) error {
+	judged, err := rules.Judge(ctx, in.set, in.models, opts)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
@@ -139,6 +140,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The admission rules and the controllers both list a backend's Bindings pool by pool.
+	if err := objects.IndexBindingsByPool(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	if !o.DisableWebhooks {
 		if err := setupWebhooks(mgr, o, r); err != nil {
 			return nil, err
@@ -221,13 +226,14 @@ func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer, cat *settingCatal
 	if err != nil {
 		return err
 	}
+
 	decoder := admission.NewDecoder(mgr.GetScheme())
-	lookup := injection.ClientLookup{Cached: cat.reader(mgr.GetClient()), Live: cat.reader(mgr.GetAPIReader())}
+	// Every admission reads the manager's cache first and the API server only on a miss.
+	reader := objects.Cluster{Cached: cat.reader(mgr.GetClient()), Live: cat.reader(mgr.GetAPIReader())}
 	srv := mgr.GetWebhookServer()
-	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), lookup))})
+	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), reader))})
 	srv.Register(PathPodFreeze, &admission.Webhook{Handler: m.Instrument("pod-freeze", webhook.NewPodFreeze(decoder))})
 
-	reader := cat.reader(injection.CachedThenLive{Cached: mgr.GetClient(), Live: mgr.GetAPIReader()})
 	s := mgr.GetScheme()
 	for kind, wh := range map[string]*admission.Webhook{
 		"kvcachebackend":     admission.WithValidator[*kvv1.KVCacheBackend](s, &webhook.BackendValidator{Reader: reader}),
@@ -319,9 +325,6 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 			return nil
 		}
 		return store.New("http://"+addr, store.WithTransport(transport))
-	}
-	if err := operator.IndexBindingsByPool(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return err
 	}
 	if err := operator.IndexPodsByInjectedBinding(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err

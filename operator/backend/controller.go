@@ -34,6 +34,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/vocab"
@@ -267,14 +268,12 @@ type state struct {
 // usedBy lists the pools that name the backend: they are its consumers, and deletion waits
 // for them.
 func (r *Reconciler) usedBy(ctx context.Context, s *state) error {
-	pools := &kvv1.KVCachePoolList{}
-	if err := r.Client.List(ctx, pools); err != nil {
+	pools, err := objects.PoolsOn(ctx, objects.Cluster{Cached: r.Client}, s.backend.Name)
+	if err != nil {
 		return err
 	}
-	for _, p := range pools.Items {
-		if slices.Contains(p.Spec.Backends, s.backend.Name) {
-			s.consumers = append(s.consumers, kvv1.ObjectReference{Kind: "KVCachePool", Name: p.Name})
-		}
+	for _, p := range pools {
+		s.consumers = append(s.consumers, kvv1.ObjectReference{Kind: "KVCachePool", Name: p.Name})
 	}
 	slices.SortFunc(s.consumers, compareRefs)
 	s.backend.Status.UsedBy = s.consumers
@@ -364,7 +363,7 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 	if b.Spec.Connection.Managed == nil {
 		return nil
 	}
-	in, err := r.storeInput(ctx, b)
+	in, err := objects.StoreInput(ctx, objects.Cluster{Cached: r.Client}, b, r.SystemNamespace, r.OperatorImage)
 	if err == nil {
 		s.rendered, err = r.Renderer.RenderStore(in)
 	}
@@ -388,34 +387,6 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		}
 	}
 	return r.prune(ctx, b, s.rendered)
-}
-
-// storeInput gathers what the render depends on: the image Setting and the ledger's tenants.
-func (r *Reconciler) storeInput(ctx context.Context, b *kvv1.KVCacheBackend) (generator.StoreInput, error) {
-	in := generator.StoreInput{Backend: b, SystemNamespace: r.SystemNamespace, OperatorImage: r.OperatorImage}
-	setting := &kvv1.Setting{}
-	switch err := r.Client.Get(ctx, client.ObjectKey{Name: kvv1.SettingKVCacheBackendImage}, setting); {
-	case err == nil:
-		in.BackendImageSetting = setting.Spec.Value
-	case !apierrors.IsNotFound(err):
-		return in, err
-	}
-	pools := &kvv1.KVCachePoolList{}
-	if err := r.Client.List(ctx, pools); err != nil {
-		return in, err
-	}
-	var onBackend []string
-	for _, p := range pools.Items {
-		if slices.Contains(p.Spec.Backends, b.Name) {
-			onBackend = append(onBackend, p.Name)
-		}
-	}
-	bindings, err := operator.BindingsOf(ctx, r.Client, onBackend...)
-	if err != nil {
-		return in, err
-	}
-	in.Tenants = generator.TenantsFor(b.Name, pools.Items, bindings)
-	return in, nil
 }
 
 // holdReplicasForTemplate keeps a leader Deployment at its live replica count while a new pod

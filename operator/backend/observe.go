@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/values"
@@ -127,7 +127,7 @@ func (r *Reconciler) setWritesAttributed(ctx context.Context, b *kvv1.KVCacheBac
 		set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, "Attributed", "no object on the master is under the tenant default unless a Binding names it")
 		return nil
 	}
-	bindings, err := r.bindingsOf(ctx, b.Name)
+	bindings, err := objects.BindingsOn(ctx, objects.Cluster{Cached: r.Client}, b.Name)
 	if err != nil {
 		return err
 	}
@@ -144,21 +144,6 @@ func (r *Reconciler) setWritesAttributed(ctx context.Context, b *kvv1.KVCacheBac
 	}
 	set(b, kvv1.ConditionWritesAttributed, metav1.ConditionFalse, "DefaultTenantWrites", msg)
 	return nil
-}
-
-// bindingsOf lists the Bindings of every pool on the backend.
-func (r *Reconciler) bindingsOf(ctx context.Context, backend string) ([]kvv1.KVCachePoolBinding, error) {
-	pools := &kvv1.KVCachePoolList{}
-	if err := r.Client.List(ctx, pools); err != nil {
-		return nil, err
-	}
-	var on []string
-	for _, p := range pools.Items {
-		if slices.Contains(p.Spec.Backends, backend) {
-			on = append(on, p.Name)
-		}
-	}
-	return operator.BindingsOf(ctx, r.Client, on...)
 }
 
 func (r *Reconciler) segments(ctx context.Context, b *kvv1.KVCacheBackend, admin store.Admin) ([]store.Segment, error) {

@@ -30,8 +30,8 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
-	"github.com/kvcache-operator/kvcache/rules"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -89,7 +89,7 @@ func (r *Reconciler) byBinding(ctx context.Context, o client.Object) []reconcile
 // byPool maps a pool to the deployments attached through its Bindings: the pool's status
 // (endpoint, ledger) decides whether they can attach.
 func (r *Reconciler) byPool(ctx context.Context, o client.Object) []reconcile.Request {
-	bindings, err := operator.BindingsOf(ctx, r.Client, o.GetName())
+	bindings, err := objects.Cluster{Cached: r.Client}.BindingsOf(ctx, o.GetName())
 	if err != nil {
 		return nil
 	}
@@ -183,45 +183,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 }
 
 // resolveCache reads the InstanceTypes the roles name and follows spec.kvCache to the store,
-// through the one resolution `kvcache render` runs too (injection.ModelDeploymentInput).
+// through the one resolution `kvcache render` runs too (injection.ModelDeploymentInput), over
+// the manager's cache: the controller runs again whenever a Binding changes.
 func (r *Reconciler) resolveCache(ctx context.Context, s *state) error {
-	types := map[string]*kvv1.InstanceType{}
-	for _, role := range s.md.Spec.Roles {
-		if role.InstanceType == "" || types[role.InstanceType] != nil {
-			continue
-		}
-		it, err := r.instanceType(ctx, role.InstanceType)
-		if err != nil {
-			return err
-		}
-		if it != nil {
-			types[role.InstanceType] = it
-		}
-	}
-	in, att, rf := injection.ModelDeploymentInput(ctx, r.lookup(), s.md, types)
+	in, att, rf := injection.ModelDeploymentInput(ctx, objects.Cluster{Cached: r.Client}, s.md)
 	if rf != nil && rf.Reason == injection.ReasonLookupFailed {
 		return errors.New(rf.Message)
 	}
 	s.input, s.attachment, s.refusal = in, att, rf
 	return nil
-}
-
-// lookup resolves attachments and Settings as injection does, through the cache: the controller
-// runs again whenever a Binding changes.
-func (r *Reconciler) lookup() injection.ClientLookup {
-	return injection.ClientLookup{Cached: r.Client, Live: r.Client}
-}
-
-func (r *Reconciler) instanceType(ctx context.Context, name string) (*kvv1.InstanceType, error) {
-	if name == "" {
-		return nil, nil
-	}
-	it := &kvv1.InstanceType{}
-	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, it)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return it, err
 }
 
 // renderAndApply renders the roles and applies them; a deployment whose cache cannot be
@@ -309,16 +279,13 @@ func (r *Reconciler) observePods(ctx context.Context, s *state) error {
 		return err
 	}
 	for i := range pods {
-		it, err := r.instanceType(ctx, roleInstanceType(s.md, pods[i].Labels[vocab.LabelComponent]))
-		if err != nil {
-			return err
-		}
+		it := s.input.InstanceTypes[roleInstanceType(s.md, pods[i].Labels[vocab.LabelComponent])]
 		s.pods = append(s.pods, operator.DeploymentUse(&pods[i], generator.EngineFor(s.md, it), s.md.Spec.Engine.Version))
 	}
 	if r.Activity != nil {
 		s.activity, s.activityKnown = r.Activity.Get(a.Backend.UID, a.Domain)
 	}
-	img, err := rules.StoreImage(ctx, rules.Cluster{Reader: r.Client}, a.Backend)
+	img, err := objects.StoreImage(ctx, objects.Cluster{Cached: r.Client}, a.Backend)
 	if err == nil {
 		s.storeImage = img
 	}

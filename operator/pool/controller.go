@@ -11,7 +11,6 @@ package pool
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +36,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 )
@@ -107,15 +107,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func (r *Reconciler) poolsOfBackend(ctx context.Context, o client.Object) []reconcile.Request {
-	pools := &kvv1.KVCachePoolList{}
-	if err := r.Client.List(ctx, pools); err != nil {
+	pools, err := objects.PoolsOn(ctx, objects.Cluster{Cached: r.Client}, o.GetName())
+	if err != nil {
 		return nil
 	}
 	var out []reconcile.Request
-	for _, p := range pools.Items {
-		if slices.Contains(p.Spec.Backends, o.GetName()) {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
-		}
+	for _, p := range pools {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
 	}
 	return out
 }
@@ -285,7 +283,7 @@ func (r *Reconciler) releasePool(ctx context.Context, s *state) error {
 
 // listBindings reads the pool's Bindings and keeps a copy of each for the status patch.
 func (r *Reconciler) listBindings(ctx context.Context, pool string, s *state) error {
-	all, err := operator.BindingsOf(ctx, r.Client, pool)
+	all, err := objects.Cluster{Cached: r.Client}.BindingsOf(ctx, pool)
 	if err != nil {
 		return err
 	}
@@ -356,22 +354,12 @@ func (r *Reconciler) resolveBackend(ctx context.Context, s *state) error {
 // domainHolders decides, for every domain on the backend, which Binding holds it
 // (generator.DomainHolders, the rule the ledger seed follows too).
 func (r *Reconciler) domainHolders(ctx context.Context, s *state) error {
-	pools := &kvv1.KVCachePoolList{}
-	if err := r.Client.List(ctx, pools); err != nil {
-		return err
-	}
-	var onBackend []string
-	for _, p := range pools.Items {
-		if slices.Contains(p.Spec.Backends, s.backend.Name) {
-			onBackend = append(onBackend, p.Name)
-		}
-	}
-	items, err := operator.BindingsOf(ctx, r.Client, onBackend...)
+	onBackend, err := objects.BindingsOn(ctx, objects.Cluster{Cached: r.Client}, s.backend.Name)
 	if err != nil {
 		return err
 	}
 	s.holders = map[string]types.NamespacedName{}
-	for d, b := range generator.DomainHolders(s.backend.Name, pools.Items, items) {
+	for d, b := range generator.DomainHolders(onBackend) {
 		s.holders[d] = client.ObjectKeyFromObject(b)
 	}
 	return nil

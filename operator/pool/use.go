@@ -20,8 +20,8 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
-	"github.com/kvcache-operator/kvcache/rules"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -215,7 +215,7 @@ func (r *Reconciler) setUse(ctx context.Context, s *state, b *kvv1.KVCachePoolBi
 // storeImage is the image a managed backend's master runs ("" for an external one, or when the
 // Setting cannot be read).
 func (r *Reconciler) storeImage(ctx context.Context, b *kvv1.KVCacheBackend) string {
-	img, err := rules.StoreImage(ctx, rules.Cluster{Reader: r.Client}, b)
+	img, err := objects.StoreImage(ctx, objects.Cluster{Cached: r.Client}, b)
 	if err != nil {
 		return ""
 	}
@@ -231,8 +231,14 @@ func (r *Reconciler) setDrift(ctx context.Context, s *state, b *kvv1.KVCachePool
 		return
 	}
 	st := &b.Status
-	lookup := &stateLookup{s: s, b: b, reader: r.Client}
-	fp := lookup.fingerprint(ctx)
+	// What this reconcile computed (the pool with the status about to be published, the
+	// backend, the Binding), so a change it just observed (a new endpoint) is judged now rather
+	// than one poll later.
+	cluster := objects.Cluster{Cached: r.Client}
+	lookup := objects.Overlay{Reader: cluster, Held: objects.Held{
+		Pools: []*kvv1.KVCachePool{s.pool}, Bindings: []*kvv1.KVCachePoolBinding{b}, Backends: []*kvv1.KVCacheBackend{s.backend},
+	}}
+	fp := fingerprint(ctx, cluster, s, b)
 	type finding struct{ pod, what string }
 	var stale []finding
 	for i := range pods {
@@ -324,7 +330,7 @@ func (d *driftMemo) forget(pool string) {
 
 // judge returns what is stale in a Pod ("" when nothing), or transient when injection would
 // refuse it for a reason that is the store's state now, not the Pod's.
-func (r *driftRound) judge(ctx context.Context, inj *injection.Injector, p *corev1.Pod, lookup injection.Lookup, fp string) (what string, transient bool, err error) {
+func (r *driftRound) judge(ctx context.Context, inj *injection.Injector, p *corev1.Pod, lookup objects.Reader, fp string) (what string, transient bool, err error) {
 	if v, ok := r.old[p.UID]; ok && v.fingerprint == fp && fp != "" {
 		r.next[p.UID] = v
 		return v.what, false, nil
@@ -347,53 +353,14 @@ func (r *driftRound) judge(ctx context.Context, inj *injection.Injector, p *core
 	return what, false, nil
 }
 
-// stateLookup answers injection from what this reconcile computed: the Binding, its pool with
-// the status about to be published, and the backend, so a change the reconcile just observed
-// (a new endpoint) is judged now rather than one poll later.
-type stateLookup struct {
-	s      *state
-	b      *kvv1.KVCachePoolBinding
-	reader client.Reader
-}
-
-var _ injection.Lookup = (*stateLookup)(nil)
-
-func (l *stateLookup) Binding(ctx context.Context, ns, name string) (*kvv1.KVCachePoolBinding, error) {
-	if ns == l.b.Namespace && name == l.b.Name {
-		return l.b, nil
-	}
-	b := &kvv1.KVCachePoolBinding{}
-	return b, l.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b)
-}
-
-func (l *stateLookup) Pool(ctx context.Context, name string) (*kvv1.KVCachePool, error) {
-	if name == l.s.pool.Name {
-		return l.s.pool, nil
-	}
-	p := &kvv1.KVCachePool{}
-	return p, l.reader.Get(ctx, client.ObjectKey{Name: name}, p)
-}
-
-func (l *stateLookup) Backend(ctx context.Context, name string) (*kvv1.KVCacheBackend, error) {
-	if l.s.backend != nil && name == l.s.backend.Name {
-		return l.s.backend, nil
-	}
-	b := &kvv1.KVCacheBackend{}
-	return b, l.reader.Get(ctx, client.ObjectKey{Name: name}, b)
-}
-
-func (l *stateLookup) DtypeOwned(ctx context.Context) (bool, error) {
-	return injection.ClientLookup{Cached: l.reader, Live: l.reader}.DtypeOwned(ctx)
-}
-
 // fingerprint is everything injection reads through the lookup, so a Pod's verdict is reused
 // while it is unchanged.
-func (l *stateLookup) fingerprint(ctx context.Context) string {
-	owned, err := l.DtypeOwned(ctx)
+func fingerprint(ctx context.Context, r objects.Reader, s *state, b *kvv1.KVCachePoolBinding) string {
+	owned, err := objects.DtypeOwned(ctx, r)
 	if err != nil {
 		return "" // judged again every time until the Setting reads
 	}
-	cond := meta.FindStatusCondition(l.s.pool.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable)
+	cond := meta.FindStatusCondition(s.pool.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable)
 	fp := struct {
 		Binding     kvv1.KVCachePoolBindingSpec
 		Pool        kvv1.KVCachePoolSpec
@@ -402,14 +369,14 @@ func (l *stateLookup) fingerprint(ctx context.Context) string {
 		Backend     *kvv1.KVCacheBackendSpec
 		DtypeOwned  bool
 		BackendGone bool
-	}{Binding: l.b.Spec, Pool: l.s.pool.Spec, Endpoint: l.s.pool.Status.ClientEndpoint, DtypeOwned: owned, BackendGone: l.s.backend == nil}
+	}{Binding: b.Spec, Pool: s.pool.Spec, Endpoint: s.pool.Status.ClientEndpoint, DtypeOwned: owned, BackendGone: s.backend == nil}
 	if cond != nil {
 		c := *cond
 		c.LastTransitionTime, c.ObservedGeneration = metav1.Time{}, 0
 		fp.Ledger = &c
 	}
-	if l.s.backend != nil {
-		fp.Backend = &l.s.backend.Spec
+	if s.backend != nil {
+		fp.Backend = &s.backend.Spec
 	}
 	out, err := json.Marshal(fp)
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -348,7 +349,9 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	}
 	// What the webhook does on Pod CREATE: the same injection function, resolving through the
 	// API server (cached then live; both readers are the same client here).
-	injected, res, err := injection.New(r).Inject(ctx, vllm, tenantNamespace, injection.ClientLookup{Cached: c, Live: c})
+	res, err := injection.New(r).Inject(ctx, vllm, tenantNamespace, objects.Cluster{Cached: c, Live: c})
+	require.NoError(t, err)
+	injected, err := res.Apply(vllm)
 	require.NoError(t, err)
 	require.True(t, res.Injected)
 	assert.Equal(t, injection.Record{Binding: bindingName, Engine: "vllm", Vehicle: "file", Domain: domainName, TenantInjected: true, LaunchProgram: "vllm"}, res.Record)

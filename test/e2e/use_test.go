@@ -27,6 +27,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -97,7 +98,9 @@ func tenantsUse(t *testing.T, env *testenv.Env) {
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 		}
 		// What the webhook does on CREATE, then what the kubelet reports once it runs.
-		injected, res, err := injection.New(r).Inject(ctx, pod, tenantNamespace, injection.ClientLookup{Cached: c, Live: c})
+		res, err := injection.New(r).Inject(ctx, pod, tenantNamespace, objects.Cluster{Cached: c, Live: c})
+		require.NoError(t, err)
+		injected, err := res.Apply(pod)
 		require.NoError(t, err)
 		require.True(t, res.Injected)
 		require.NoError(t, c.Create(ctx, injected))

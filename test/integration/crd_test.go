@@ -22,7 +22,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
-	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 var env *testenv.Env
@@ -232,7 +232,7 @@ func TestBindingsAreSelectedByPool(t *testing.T) {
 
 	c, err := cache.New(env.Config, cache.Options{Scheme: env.Client.Scheme()})
 	require.NoError(t, err)
-	require.NoError(t, operator.IndexBindingsByPool(ctx, c))
+	require.NoError(t, objects.IndexBindingsByPool(ctx, c))
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = c.Start(cctx) }()
@@ -247,17 +247,18 @@ func TestBindingsAreSelectedByPool(t *testing.T) {
 		return out
 	}
 	for pool, keys := range want {
-		live, err := operator.BindingsOf(ctx, env.Client, pool)
+		live, err := objects.Cluster{Cached: env.Client}.BindingsOf(ctx, pool)
 		require.NoError(t, err, "the API server selects Bindings by spec.poolRef.name")
 		assert.Equal(t, keys, keysOf(live), "from the API server, pool %s", pool)
-		_, err = operator.BindingsOf(ctx, c, pool)
+		_, err = objects.Cluster{Cached: c}.BindingsOf(ctx, pool)
 		require.NoError(t, err, "the cache indexes Bindings by spec.poolRef.name")
 		assert.Eventually(t, func() bool {
-			cached, err := operator.BindingsOf(ctx, c, pool)
+			cached, err := objects.Cluster{Cached: c}.BindingsOf(ctx, pool)
 			return err == nil && assert.ObjectsAreEqual(keys, keysOf(cached))
 		}, 10*time.Second, 50*time.Millisecond, "from the cache, pool %s", pool)
 	}
-	both, err := operator.BindingsOf(ctx, env.Client, "select-two", "select-one")
+	pools := []kvv1.KVCachePool{{ObjectMeta: metav1.ObjectMeta{Name: "select-two"}}, {ObjectMeta: metav1.ObjectMeta{Name: "select-one"}}}
+	both, err := objects.BindingsOfPools(ctx, objects.Cluster{Cached: env.Client}, pools)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"select-a/two", "select-a/one", "select-b/one"}, []string{
 		both[0].Namespace + "/" + both[0].Name, both[1].Namespace + "/" + both[1].Name, both[2].Namespace + "/" + both[2].Name,

@@ -18,6 +18,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
@@ -44,7 +45,9 @@ func injectPod(t *testing.T, ns, name, binding string) *corev1.Pod {
 			Annotations: map[string]string{vocab.AnnotationBinding: binding, vocab.AnnotationEngine: "vLLM"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}},
 	}
-	injected, res, err := injection.New(r).Inject(ctx, pod, ns, injection.ClientLookup{Cached: env.Client, Live: env.Client})
+	res, err := injection.New(r).Inject(ctx, pod, ns, objects.Cluster{Cached: env.Client, Live: env.Client})
+	require.NoError(t, err)
+	injected, err := res.Apply(pod)
 	require.NoError(t, err)
 	require.True(t, res.Injected)
 	require.NoError(t, env.Client.Create(ctx, injected))

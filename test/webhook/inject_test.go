@@ -23,6 +23,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -109,7 +110,7 @@ func applyCluster(t testing.TB, path string) {
 			b, known := backends[x.Spec.Backends[0]]
 			if len(s.Conditions) == 0 && s.ClientEndpoint == "" && known {
 				d := x.DeepCopy()
-				injection.DerivePoolStatus(d, b, generator.DefaultSystemNamespace, r.Defaults())
+				objects.DerivePoolStatus(d, b, generator.DefaultSystemNamespace, r.Defaults())
 				s = &d.Status
 			}
 			status = s

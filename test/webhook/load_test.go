@@ -33,6 +33,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/golden"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
 	"github.com/kvcache-operator/kvcache/webhook"
 )
@@ -286,7 +287,7 @@ func injectionPatch(b *testing.B) []byte {
 	b.Helper()
 	r, err := generator.NewRenderer()
 	require.NoError(b, err)
-	m := webhook.NewPodMutator(injection.New(r), injection.ClientLookup{Cached: env.Client, Live: env.Client})
+	m := webhook.NewPodMutator(injection.New(r), objects.Cluster{Cached: env.Client, Live: env.Client})
 	pod := vllmPod(map[string]string{vocab.LabelInject: "true"})
 	pod.Namespace = userNamespace
 	raw, err := json.Marshal(pod)

@@ -1,4 +1,4 @@
-package injection_test
+package objects_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -20,6 +19,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
+	"github.com/kvcache-operator/kvcache/objects"
 )
 
 // countingReader counts the Gets that reach the API server.
@@ -33,11 +33,11 @@ func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj clie
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
-// ClientLookup against a real API server and a real informer cache: a Binding the cache has
+// Cluster against a real API server and a real informer cache: a Binding the cache has
 // costs no API read, one it has not seen is read live, and a deleting Binding the cache has seen
 // is refused without one. Stopping the cache freezes it the way a watch that has not delivered
 // yet leaves it, which makes the miss and the remaining window deterministic.
-func TestClientLookupReadsTheBindingFromTheCacheAndLiveOnAMiss(t *testing.T) {
+func TestClusterReadsTheBindingFromTheCacheAndLiveOnAMiss(t *testing.T) {
 	env, err := testenv.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = env.Stop() })
@@ -79,14 +79,15 @@ func TestClientLookupReadsTheBindingFromTheCacheAndLiveOnAMiss(t *testing.T) {
 	require.True(t, c.WaitForCacheSync(ctx))
 
 	live := &countingReader{Reader: env.Client}
-	lookup := injection.ClientLookup{Cached: c, Live: live}
+	lookup := objects.Cluster{Cached: c, Live: live}
 	vllm, ok := engines.ByName("vLLM")
 	require.True(t, ok)
 
 	t.Run("a Binding the cache has costs no API read", func(t *testing.T) {
 		before := live.gets.Load()
-		b, err := lookup.Binding(ctx, ns, cached.Name)
+		b, found, err := lookup.Binding(ctx, ns, cached.Name)
 		require.NoError(t, err)
+		require.True(t, found)
 		assert.Equal(t, cached.UID, b.UID)
 		assert.Zero(t, live.gets.Load()-before)
 	})
@@ -112,16 +113,18 @@ func TestClientLookupReadsTheBindingFromTheCacheAndLiveOnAMiss(t *testing.T) {
 	t.Run("a Binding created a moment ago is read live", func(t *testing.T) {
 		fresh := binding("fresh")
 		before := live.gets.Load()
-		b, err := lookup.Binding(ctx, ns, fresh.Name)
+		b, found, err := lookup.Binding(ctx, ns, fresh.Name)
 		require.NoError(t, err)
+		require.True(t, found)
 		assert.Equal(t, fresh.UID, b.UID)
 		assert.Equal(t, int64(1), live.gets.Load()-before, "one live read on the miss")
 	})
 
 	t.Run("a Binding that does not exist is read live and not found", func(t *testing.T) {
 		before := live.gets.Load()
-		_, err := lookup.Binding(ctx, ns, "absent")
-		assert.True(t, apierrors.IsNotFound(err), "%v", err)
+		_, found, err := lookup.Binding(ctx, ns, "absent")
+		require.NoError(t, err)
+		assert.False(t, found)
 		assert.Equal(t, int64(1), live.gets.Load()-before)
 	})
 
@@ -131,9 +134,10 @@ func TestClientLookupReadsTheBindingFromTheCacheAndLiveOnAMiss(t *testing.T) {
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(stale), b))
 		require.NotNil(t, b.DeletionTimestamp, "the API server has it deleting")
 		before := live.gets.Load()
-		got, err := lookup.Binding(ctx, ns, stale.Name)
+		got, found, err := lookup.Binding(ctx, ns, stale.Name)
 		require.NoError(t, err)
-		assert.Nil(t, got.DeletionTimestamp, "the window ClientLookup documents: the cache has not seen the deletion")
+		require.True(t, found)
+		assert.Nil(t, got.DeletionTimestamp, "the window Cluster documents: the cache has not seen the deletion")
 		assert.Zero(t, live.gets.Load()-before)
 	})
 }
