@@ -53,8 +53,8 @@ func substituted(v any, values []string) any {
 	return v
 }
 
-// asJSON is the rendered objects as one decoded JSON document, without the member pod-spec
-// hash (a digest of the values, so it differs by design).
+// asJSON is the rendered objects as one decoded JSON document, without the hashes the render
+// stamps (digests of the values, so they differ by design).
 func asJSON(t *testing.T, objs []Object) any {
 	t.Helper()
 	b, err := json.Marshal(objs)
@@ -72,7 +72,9 @@ func asJSON(t *testing.T, objs []Object) any {
 func dropHash(v any) {
 	switch t := v.(type) {
 	case map[string]any:
-		delete(t, vocab.LabelPodSpecHash)
+		for _, h := range []string{vocab.LabelPodSpecHash, vocab.AnnotationTemplateHash, vocab.AnnotationAppliedHash} {
+			delete(t, h)
+		}
 		for _, x := range t {
 			dropHash(x)
 		}

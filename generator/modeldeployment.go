@@ -143,6 +143,9 @@ func (r *Renderer) RenderModelDeployment(in ModelDeploymentInput) ([]Object, err
 			}
 		}
 	}
+	if err := stampHashes(objs); err != nil {
+		return nil, err
+	}
 	SortObjects(objs)
 	return objs, nil
 }

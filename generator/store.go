@@ -1,14 +1,10 @@
 package generator
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -322,41 +318,9 @@ func (r *Renderer) RenderStore(in StoreInput) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range objs {
-		if ds, ok := o.(*appsv1.DaemonSet); ok {
-			if err := stampPodSpecHash(ds); err != nil {
-				return nil, err
-			}
-		}
+	if err := stampHashes(objs); err != nil {
+		return nil, err
 	}
 	SortObjects(objs)
 	return objs, nil
-}
-
-// PodSpecHash hashes a member Pod template without its node placement (nodeSelector, affinity,
-// and the hash label itself), so that only changes that alter what a member runs mark its Pods
-// stale.
-func PodSpecHash(t *corev1.PodTemplateSpec) (string, error) {
-	c := t.DeepCopy()
-	delete(c.Labels, vocab.LabelPodSpecHash)
-	c.Spec.NodeSelector = nil
-	c.Spec.Affinity = nil
-	b, err := json.Marshal(c)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:16], nil
-}
-
-func stampPodSpecHash(ds *appsv1.DaemonSet) error {
-	h, err := PodSpecHash(&ds.Spec.Template)
-	if err != nil {
-		return err
-	}
-	if ds.Spec.Template.Labels == nil {
-		ds.Spec.Template.Labels = map[string]string{}
-	}
-	ds.Spec.Template.Labels[vocab.LabelPodSpecHash] = h
-	return nil
 }

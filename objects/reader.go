@@ -54,11 +54,8 @@ func PoolsOn(ctx context.Context, r Reader, backend string) ([]kvv1.KVCachePool,
 
 // BindingsOn lists the Bindings of every pool on backend, pool by pool in name order.
 func BindingsOn(ctx context.Context, r Reader, backend string) ([]kvv1.KVCachePoolBinding, error) {
-	pools, err := PoolsOn(ctx, r, backend)
-	if err != nil {
-		return nil, err
-	}
-	return BindingsOfPools(ctx, r, pools)
+	on, err := ReadOnBackend(ctx, r, backend)
+	return on.Bindings, err
 }
 
 // BindingsOfPools lists the Bindings of the given pools, in their order.

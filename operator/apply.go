@@ -2,9 +2,6 @@ package operator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -17,15 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // FieldManager is the one server-side-apply field manager of everything the operator writes.
 const FieldManager = "kvcache-operator"
-
-// AnnotationAppliedHash on a child records a hash of what the operator last applied, so that a
-// render that changed (a field dropped from it included) is applied even when every field it
-// still sets holds its value live.
-const AnnotationAppliedHash = "kvcache.gpustack.ai/applied-hash"
 
 // Applier applies rendered children with server-side apply under FieldManager.
 type Applier struct {
@@ -35,45 +28,43 @@ type Applier struct {
 	OnDrift func(desired generator.Object, path string)
 }
 
-// Hash is a stable digest of a rendered object (its JSON, without the applied-hash annotation).
-func Hash(o generator.Object) (string, error) {
-	c := o.DeepCopyObject().(generator.Object)
-	ann := c.GetAnnotations()
-	delete(ann, AnnotationAppliedHash)
-	c.SetAnnotations(ann)
-	b, err := json.Marshal(c)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16]), nil
-}
-
 // Apply server-side-applies desired unless the live object (read from the cache) already is
-// what an apply would leave: it carries desired's applied hash (the render did not change) and
-// every field desired sets has that value live. The second test is what undoes drift: a
-// `kubectl scale` of the leader or an edited member env leaves the hash in place but not the
-// value, and the watch on the children runs the reconcile that puts it back. Steady state sends
-// no request at all. Apply reports whether it wrote.
+// what an apply would leave; see ApplyOver.
 func (a Applier) Apply(ctx context.Context, desired generator.Object) (bool, error) {
-	h, err := Hash(desired)
-	if err != nil {
-		return false, err
-	}
 	gvk := desired.GetObjectKind().GroupVersionKind()
-	obj, err := appliedConfig(desired, h)
-	if err != nil {
-		return false, err
-	}
 	// Read the typed object, so the cache shares the informer the controller watches with.
 	ro, err := a.Client.Scheme().New(gvk)
 	if err != nil {
 		return false, err
 	}
 	live := ro.(client.Object)
-	err = a.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
-	switch {
-	case err == nil && live.GetAnnotations()[AnnotationAppliedHash] == h:
+	switch err := a.Client.Get(ctx, client.ObjectKeyFromObject(desired), live); {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return false, fmt.Errorf("read %s %s: %w", gvk.Kind, desired.GetName(), err)
+	}
+	return a.ApplyOver(ctx, desired, live)
+}
+
+// ApplyOver server-side-applies desired over live (what the reconcile read; nil when absent)
+// unless live already is what an apply would leave: it carries desired's applied hash (the
+// render did not change) and every field desired sets has that value live. The second test is
+// what undoes drift: a `kubectl scale` of the leader or an edited member env leaves the hash in
+// place but not the value, and the watch on the children runs the reconcile that puts it back.
+// Steady state sends no request at all. The applied hash is the render's own
+// (generator.AppliedHash), taken again here because a reconcile may hold a field back (the
+// leader's replicas during a rollout). ApplyOver reports whether it wrote.
+func (a Applier) ApplyOver(ctx context.Context, desired generator.Object, live client.Object) (bool, error) {
+	h, err := generator.AppliedHash(desired)
+	if err != nil {
+		return false, err
+	}
+	obj, err := appliedConfig(desired, h)
+	if err != nil {
+		return false, err
+	}
+	if live != nil && live.GetAnnotations()[vocab.AnnotationAppliedHash] == h {
 		path, err := Drift(obj.Object, live)
 		if err != nil {
 			return false, err
@@ -84,11 +75,9 @@ func (a Applier) Apply(ctx context.Context, desired generator.Object) (bool, err
 		if a.OnDrift != nil {
 			a.OnDrift(desired, path)
 		}
-	case err != nil && !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("read %s %s: %w", gvk.Kind, desired.GetName(), err)
 	}
 	if err := a.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return false, fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, desired.GetNamespace(), desired.GetName(), err)
+		return false, fmt.Errorf("apply %s %s/%s: %w", desired.GetObjectKind().GroupVersionKind().Kind, desired.GetNamespace(), desired.GetName(), err)
 	}
 	return true, nil
 }
@@ -107,7 +96,7 @@ func appliedConfig(desired generator.Object, hash string) (*unstructured.Unstruc
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[AnnotationAppliedHash] = hash
+	ann[vocab.AnnotationAppliedHash] = hash
 	obj.SetAnnotations(ann)
 	obj.SetGroupVersionKind(desired.GetObjectKind().GroupVersionKind())
 	return obj, nil

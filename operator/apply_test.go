@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 func rendered() *appsv1.Deployment {
@@ -47,7 +49,7 @@ func live() *appsv1.Deployment {
 	d := rendered()
 	d.TypeMeta = metav1.TypeMeta{} // a typed object read back carries none
 	d.UID, d.ResourceVersion, d.Generation = "0f3c", "42", 3
-	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "3", AnnotationAppliedHash: "h"}
+	d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "3", vocab.AnnotationAppliedHash: "h"}
 	d.Spec.RevisionHistoryLimit = ptr.To[int32](10)
 	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
 	s := &d.Spec.Template.Spec

@@ -79,17 +79,6 @@ type Verdict struct {
 	RecheckAfter time.Duration
 }
 
-// Reasons of CacheInUse and CacheAttached.
-const (
-	ReasonNoPods          = "NoPods"
-	ReasonNoPodReady      = "NoPodReady"
-	ReasonNoTenantFigures = "NoTenantFigures"
-	ReasonNotObserved     = "NotObserved"
-	ReasonAwaitingWrites  = "AwaitingWrites"
-	ReasonWritesObserved  = "WritesObserved"
-	ReasonNoWrites        = "NoWrites"
-)
-
 // CacheUse decides whether a tenant is written by the Pods that use it: True once a write
 // under the tenant was seen after the first of its Pods was created; False when the
 // Pods have been Ready for the window, watched all along, and none was seen; Unknown (never
@@ -97,7 +86,7 @@ const (
 // with the figures, so a store whose usage changes every poll does not rewrite status.
 func CacheUse(in CacheUseInput) Verdict {
 	if len(in.Pods) == 0 {
-		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNoPods,
+		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoPods,
 			Message: "no Pod uses this tenant: none carries an injection record naming the Binding, and no ModelDeployment attached through it has Pods"}
 	}
 	// By name, so the Pod a check names is the same one every time.
@@ -111,21 +100,21 @@ func CacheUse(in CacheUseInput) Verdict {
 		return ready[i].Namespace+"/"+ready[i].Name < ready[j].Namespace+"/"+ready[j].Name
 	})
 	if len(ready) == 0 {
-		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNoPodReady,
+		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoPodReady,
 			Message: fmt.Sprintf("%s %s tenant %s and none is Ready yet, so nothing can write", podList(in.Pods), plural(len(in.Pods), "uses", "use"), in.Tenant)}
 	}
 	if in.NoLedger {
-		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNoTenantFigures,
+		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoTenantFigures,
 			Message: fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger, so its master reports no writes per tenant: whether %s %s cannot be observed", in.Backend, podList(ready), plural(len(ready), "writes", "write"))}
 	}
 	// Only a verdict is kept while nothing new is known; an Unknown about the Pods (none, none
 	// Ready) is recomputed from the Pods there are now.
-	verdict := in.Prev != nil && (in.Prev.Reason == ReasonWritesObserved || in.Prev.Reason == ReasonNoWrites)
+	verdict := in.Prev != nil && (in.Prev.Reason == kvv1.ReasonWritesObserved || in.Prev.Reason == kvv1.ReasonNoWrites)
 	if !in.Observed {
 		if verdict {
 			return Verdict{Keep: true}
 		}
-		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonNotObserved,
+		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNotObserved,
 			Message: fmt.Sprintf("the master of KVCacheBackend %s has not been read yet, so writes under tenant %s are not known", in.Backend, in.Tenant)}
 	}
 	earliest := in.Now
@@ -153,7 +142,7 @@ func CacheUse(in CacheUseInput) Verdict {
 		written = p.LastTransitionTime.Time
 	}
 	if !written.IsZero() && !written.Before(started.Truncate(time.Second)) {
-		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonWritesObserved,
+		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesObserved,
 			Message: fmt.Sprintf("the master of KVCacheBackend %s saw writes under tenant %s while Pods using it run", in.Backend, in.Tenant)}
 	}
 	watchedFrom := earliest
@@ -164,11 +153,11 @@ func CacheUse(in CacheUseInput) Verdict {
 		if verdict {
 			return Verdict{Keep: true, RecheckAfter: left}
 		}
-		return Verdict{Status: metav1.ConditionUnknown, Reason: ReasonAwaitingWrites, RecheckAfter: left,
+		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonAwaitingWrites, RecheckAfter: left,
 			Message: fmt.Sprintf("no write under tenant %s seen yet; %s %s been Ready and watched since %s: without a write within %s of that this turns False",
 				in.Tenant, podList(ready), plural(len(ready), "has", "have"), watchedFrom.UTC().Format(time.RFC3339), in.Window)}
 	}
-	return Verdict{Status: metav1.ConditionFalse, Reason: ReasonNoWrites, Message: noWritesMessage(in, ready)}
+	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoWrites, Message: noWritesMessage(in, ready)}
 }
 
 // noWritesMessage names the Pods and the checks that fit their engines.
@@ -267,13 +256,6 @@ type EvictionInput struct {
 	Prev *metav1.Condition
 }
 
-// Reasons of EvictingOwnObjects.
-const (
-	ReasonAtGrant       = "AtGrant"
-	ReasonWritesRefused = "WritesRefused"
-	ReasonNotEvicting   = "NotEvicting"
-)
-
 // Eviction decides EvictingOwnObjects: True while the domain is at its grant, seen within the
 // hold as evictions of its own objects (reason AtGrant) or, worse, as writes the store refused
 // for the quota (reason WritesRefused: at the grant the master evicts only objects nobody read
@@ -302,14 +284,14 @@ func Eviction(in EvictionInput) (v Verdict, ok bool) {
 		if a.LastEviction.After(last) {
 			last = a.LastEviction
 		}
-		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonWritesRefused, RecheckAfter: in.Hold - in.Now.Sub(last),
+		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesRefused, RecheckAfter: in.Hold - in.Now.Sub(last),
 			Message: fmt.Sprintf("tenant %s is at %s and the store refuses some of its writes (TENANT_QUOTA_EXCEEDED, -1700): at the grant it evicts only the domain's objects nobody read within the master's default_kv_lease_ttl, and a value larger than the grant never fits; %s",
 				in.Tenant, grant, advice)}, true
 	case within(a.LastEviction):
-		return Verdict{Status: metav1.ConditionTrue, Reason: ReasonAtGrant, RecheckAfter: in.Hold - in.Now.Sub(a.LastEviction),
+		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonAtGrant, RecheckAfter: in.Hold - in.Now.Sub(a.LastEviction),
 			Message: fmt.Sprintf("tenant %s is at %s, so the store evicts the domain's own older objects to admit its new writes (status.evicted counts the bytes): going over the grant does not fail a write, and %s",
 				in.Tenant, grant, advice)}, true
 	}
-	return Verdict{Status: metav1.ConditionFalse, Reason: ReasonNotEvicting,
+	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNotEvicting,
 		Message: fmt.Sprintf("the store evicted none of tenant %s's objects and refused none of its writes within the last %s: its writes fit its grant", in.Tenant, in.Hold)}, true
 }

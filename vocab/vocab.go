@@ -62,6 +62,9 @@ const (
 	LabelPodSpecHash = Prefix + "pod-spec-hash"
 	// AnnotationTemplateHash on the leader Deployment is the same hash of its Pod template.
 	AnnotationTemplateHash = Prefix + "template-hash"
+	// AnnotationAppliedHash on every rendered object is a hash of the whole render of it: the
+	// operator applies again when it changed, and sends nothing while it did not.
+	AnnotationAppliedHash = Prefix + "applied-hash"
 	// LabelStoreLeader marks the leader Pod whose launcher holds the election Lease.
 	LabelStoreLeader = Prefix + "store-leader"
 )

@@ -97,7 +97,11 @@ func renderAll(ctx context.Context, r *generator.Renderer, in *apiInput, files *
 	backends := slices.Clone(in.set.Backends)
 	sort.Slice(backends, func(i, j int) bool { return backends[i].Name < backends[j].Name })
 	for i := range backends {
-		sin, err := objects.StoreInput(ctx, files, &backends[i], ns, operatorImage)
+		on, err := objects.ReadOnBackend(ctx, files, backends[i].Name)
+		if err != nil {
+			return nil, err
+		}
+		sin, err := objects.StoreInput(ctx, files, &backends[i], on, ns, operatorImage)
 		if err != nil {
 			return nil, err
 		}

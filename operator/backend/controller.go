@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -204,9 +205,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			before = b.DeepCopy()
 		}
 	}
-	if err := r.usedBy(ctx, s); err != nil {
+	if err := r.read(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	setUsedBy(b, s.on.Pools)
 	if !b.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
@@ -248,49 +250,86 @@ func nextPoll(b *kvv1.KVCacheBackend, now time.Time, every time.Duration) time.D
 	return settlePoll
 }
 
-// state is what one reconcile learned, handed from phase to phase.
+// state is what one reconcile read and learned, handed from phase to phase: each object is
+// read once, by read, and every later phase works from it.
 type state struct {
-	backend   *kvv1.KVCacheBackend
-	now       time.Time
+	backend *kvv1.KVCacheBackend
+	now     time.Time
+	// on are the pools on the backend and their Bindings (its consumers, and its ledger seed).
+	on objects.OnBackend
+	// children are the live objects the operator owns for the store, by kind/name.
+	children map[string]client.Object
+	// pods are the store's Pods (leader and members); memberPods the members among them,
+	// sorted by name.
+	pods       []corev1.Pod
+	memberPods []corev1.Pod
+	// lease is the election Lease (nil: absent, or not electing).
+	lease *coordinationv1.Lease
+
 	rendered  []generator.Object
 	renderErr error
-	leader    *appsv1.Deployment
+	// leader is the leader Deployment as it runs (nil before it exists).
+	leader *appsv1.Deployment
 	// replicasHeld is the leader replica count waiting for a template rollout (0: none).
 	replicasHeld int32
-	memberPods   []corev1.Pod
-	consumers    []kvv1.ObjectReference
 	// leaseChanged: this reconcile saw the election Lease move to another holder.
 	leaseChanged bool
 	// figures are what this reconcile read from the store, for the metrics.
 	figures operator.BackendFigures
 }
 
-// usedBy lists the pools that name the backend: they are its consumers, and deletion waits
-// for them.
-func (r *Reconciler) usedBy(ctx context.Context, s *state) error {
-	pools, err := objects.PoolsOn(ctx, objects.Cluster{Cached: r.Client}, s.backend.Name)
+func childKey(kind, name string) string { return kind + "/" + name }
+
+// read reads what the reconcile works from: the pools and Bindings on the backend and, for a
+// managed store, the children the operator owns, the store's Pods and the election Lease.
+func (r *Reconciler) read(ctx context.Context, s *state) error {
+	b := s.backend
+	on, err := objects.ReadOnBackend(ctx, objects.Cluster{Cached: r.Client}, b.Name)
 	if err != nil {
 		return err
 	}
-	for _, p := range pools {
-		s.consumers = append(s.consumers, kvv1.ObjectReference{Kind: "KVCachePool", Name: p.Name})
+	s.on = on
+	if b.Spec.Connection.Managed == nil {
+		return nil
 	}
-	slices.SortFunc(s.consumers, compareRefs)
-	s.backend.Status.UsedBy = s.consumers
-	setDeletable(s.backend, s.consumers)
-	return nil
-}
-
-func compareRefs(a, b kvv1.ObjectReference) int {
-	for _, p := range [][2]string{{a.Kind, b.Kind}, {a.Namespace, b.Namespace}, {a.Name, b.Name}} {
-		if p[0] != p[1] {
-			if p[0] < p[1] {
-				return -1
-			}
-			return 1
+	s.children = map[string]client.Object{}
+	sel := client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name, vocab.LabelManagedBy: vocab.ManagedBy}
+	for _, ck := range childKinds {
+		l := ck.list()
+		if err := r.Client.List(ctx, l, client.InNamespace(r.SystemNamespace), sel); err != nil {
+			return err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return err
+		}
+		for _, ro := range items {
+			o := ro.(client.Object)
+			s.children[childKey(ck.kind, o.GetName())] = o
 		}
 	}
-	return 0
+	if d, ok := s.children[childKey("Deployment", generator.LeaderName(b.Name))].(*appsv1.Deployment); ok {
+		s.leader = d
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name}); err != nil {
+		return err
+	}
+	s.pods = pods.Items
+	for _, p := range s.pods {
+		if c := p.Labels[vocab.LabelComponent]; c != vocab.ComponentLeader && c != "" {
+			s.memberPods = append(s.memberPods, p)
+		}
+	}
+	slices.SortFunc(s.memberPods, func(a, b corev1.Pod) int { return compareStrings(a.Name, b.Name) })
+	lease := &coordinationv1.Lease{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.SystemNamespace, Name: generator.LeaderName(b.Name)}, lease); {
+	case err == nil:
+		s.lease = lease
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	return nil
 }
 
 // reconcileDelete holds the backend while a pool uses it; then the children go with it
@@ -298,8 +337,8 @@ func compareRefs(a, b kvv1.ObjectReference) int {
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result, error) {
 	b := s.backend
 	b.Status.Phase = kvv1.PhaseDeleting
-	if len(s.consumers) > 0 {
-		b.Status.PhaseMessage = fmt.Sprintf("waiting for %s to be deleted", refNames(s.consumers))
+	if len(b.Status.UsedBy) > 0 {
+		b.Status.PhaseMessage = fmt.Sprintf("waiting for %s to be deleted", refNames(b.Status.UsedBy))
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 	if b.Spec.Connection.Managed != nil {
@@ -363,7 +402,7 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 	if b.Spec.Connection.Managed == nil {
 		return nil
 	}
-	in, err := objects.StoreInput(ctx, objects.Cluster{Cached: r.Client}, b, r.SystemNamespace, r.OperatorImage)
+	in, err := objects.StoreInput(ctx, objects.Cluster{Cached: r.Client}, b, s.on, r.SystemNamespace, r.OperatorImage)
 	if err == nil {
 		s.rendered, err = r.Renderer.RenderStore(in)
 	}
@@ -378,48 +417,36 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 	}}
 	for _, o := range s.rendered {
 		if d, ok := o.(*appsv1.Deployment); ok {
-			if err := r.holdReplicasForTemplate(ctx, s, d); err != nil {
-				return err
-			}
+			holdReplicasForTemplate(s, d)
 		}
-		if _, err := applier.Apply(ctx, o); err != nil {
+		live := s.children[childKey(o.GetObjectKind().GroupVersionKind().Kind, o.GetName())]
+		if _, err := applier.ApplyOver(ctx, o, live); err != nil {
 			return err
 		}
 	}
-	return r.prune(ctx, b, s.rendered)
+	return r.prune(ctx, s)
 }
 
 // holdReplicasForTemplate keeps a leader Deployment at its live replica count while a new pod
 // template rolls out or the live one is not rolled out yet: the template first, at the count
 // it has, then the count. Raising 1 -> N with an unchanged template (the electing template
-// exists at one replica already) only scales, and the first leader Pod stays.
-func (r *Reconciler) holdReplicasForTemplate(ctx context.Context, s *state, d *appsv1.Deployment) error {
-	want, err := generator.PodSpecHash(&d.Spec.Template)
-	if err != nil {
-		return err
-	}
-	if d.Annotations == nil {
-		d.Annotations = map[string]string{}
-	}
-	d.Annotations[vocab.AnnotationTemplateHash] = want
-	live := &appsv1.Deployment{}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(d), live); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if live.Spec.Replicas == nil || d.Spec.Replicas == nil {
-		return nil
+// exists at one replica already) only scales, and the first leader Pod stays. The template's
+// hash is the render's (vocab.AnnotationTemplateHash).
+func holdReplicasForTemplate(s *state, d *appsv1.Deployment) {
+	live := s.leader
+	if live == nil || live.Name != d.Name || live.Spec.Replicas == nil || d.Spec.Replicas == nil {
+		return
 	}
 	// A leader scaled to 0 by hand comes back at one replica at once: holding it at 0 would
 	// keep the store down.
 	hold := max(*live.Spec.Replicas, 1)
 	if *d.Spec.Replicas <= hold {
-		return nil
+		return
 	}
-	if live.Annotations[vocab.AnnotationTemplateHash] != want || !rolledOut(live) {
+	if live.Annotations[vocab.AnnotationTemplateHash] != d.Annotations[vocab.AnnotationTemplateHash] || !rolledOut(live) {
 		s.replicasHeld = *d.Spec.Replicas
 		*d.Spec.Replicas = hold
 	}
-	return nil
 }
 
 // rolledOut reports whether a Deployment's current template runs on every replica and one is
@@ -435,42 +462,29 @@ func rolledOut(d *appsv1.Deployment) bool {
 // create Pods (the API server refuses a Pod whose account does not exist); they go in a later
 // reconcile, once the applied render (or the restarted Pods) no longer name them, which the
 // watches on the workloads and Pods trigger.
-func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered []generator.Object) error {
+func (r *Reconciler) prune(ctx context.Context, s *state) error {
+	b := s.backend
 	keep := map[string]bool{}
-	for _, o := range rendered {
-		keep[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = true
+	for _, o := range s.rendered {
+		keep[childKey(o.GetObjectKind().GroupVersionKind().Kind, o.GetName())] = true
 	}
-	sel := client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name, vocab.LabelManagedBy: vocab.ManagedBy}
 	type child struct {
 		kind string
 		obj  client.Object
 	}
 	var stale []child
 	var live []client.Object
-	for _, ck := range childKinds {
-		l := ck.list()
-		if err := r.Client.List(ctx, l, client.InNamespace(r.SystemNamespace), sel); err != nil {
-			return err
+	for k, o := range s.children {
+		kind, _, _ := strings.Cut(k, "/")
+		if keep[k] || !metav1.IsControlledBy(o, b) {
+			live = append(live, o)
+			continue
 		}
-		items, err := meta.ExtractList(l)
-		if err != nil {
-			return err
-		}
-		for _, ro := range items {
-			o := ro.(client.Object)
-			if keep[ck.kind+"/"+o.GetName()] || !metav1.IsControlledBy(o, b) {
-				live = append(live, o)
-				continue
-			}
-			stale = append(stale, child{ck.kind, o})
-		}
+		stale = append(stale, child{kind, o})
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name}); err != nil {
-		return err
-	}
-	for i := range pods.Items {
-		live = append(live, &pods.Items[i])
+	slices.SortFunc(stale, func(a, b child) int { return compareStrings(a.kind+"/"+a.obj.GetName(), b.kind+"/"+b.obj.GetName()) })
+	for i := range s.pods {
+		live = append(live, &s.pods[i])
 	}
 	refs := references(live)
 	for _, c := range stale {
@@ -493,16 +507,6 @@ func (r *Reconciler) prune(ctx context.Context, b *kvv1.KVCacheBackend, rendered
 // restarts nobody.
 func (r *Reconciler) restartStaleMembers(ctx context.Context, s *state) error {
 	b := s.backend
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name}); err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		if c := p.Labels[vocab.LabelComponent]; c != "leader" && c != "" {
-			s.memberPods = append(s.memberPods, p)
-		}
-	}
-	slices.SortFunc(s.memberPods, func(a, b corev1.Pod) int { return compareStrings(a.Name, b.Name) })
 	for _, o := range s.rendered {
 		ds, ok := o.(*appsv1.DaemonSet)
 		if !ok {
@@ -558,22 +562,15 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // observeWorkloads reads the leader Deployment and the election Lease.
-func (r *Reconciler) observeWorkloads(ctx context.Context, s *state) error {
+func (r *Reconciler) observeWorkloads(_ context.Context, s *state) error {
 	b := s.backend
 	m := b.Spec.Connection.Managed
 	if m == nil {
 		return nil
 	}
-	d := &appsv1.Deployment{}
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.SystemNamespace, Name: generator.LeaderName(b.Name)}, d); {
-	case err == nil:
-		s.leader = d
-	case !apierrors.IsNotFound(err):
-		return err
-	}
 	setRolloutComplete(b, s.leader, s.replicasHeld)
 	if s.renderErr != nil {
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, ReasonRenderFailed, renderFailedPrefix+s.renderErr.Error())
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonRenderFailed, renderFailedPrefix+s.renderErr.Error())
 	}
 	if !m.Leader.Electing() {
 		removeCondition(b, kvv1.ConditionElectionObserved)
@@ -585,16 +582,8 @@ func (r *Reconciler) observeWorkloads(ctx context.Context, s *state) error {
 		}
 		return nil
 	}
-	lease := &coordinationv1.Lease{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.SystemNamespace, Name: generator.LeaderName(b.Name)}, lease)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	if err != nil {
-		lease = nil
-	}
-	r.observeLease(s, lease)
-	setElectionObserved(b, lease)
+	r.observeLease(s, s.lease)
+	setElectionObserved(b, s.lease)
 	return nil
 }
 

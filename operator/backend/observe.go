@@ -17,7 +17,6 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
-	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/values"
@@ -32,9 +31,9 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	b.Status.Endpoints = r.endpoints(b)
 	admin := r.Admin(b)
 	if admin == nil {
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint")
-		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint to read the capacity from")
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "NoAdminEndpoint", "the backend names no Admin endpoint to list segments from")
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, kvv1.ReasonNoAdminEndpoint, "the backend names no Admin endpoint")
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, kvv1.ReasonNoAdminEndpoint, "the backend names no Admin endpoint to read the capacity from")
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonNoAdminEndpoint, "the backend names no Admin endpoint to list segments from")
 		b.Status.Capacity, b.Status.Members = nil, nil
 		return nil
 	}
@@ -42,15 +41,15 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "health", err)
 		log.FromContext(ctx).V(1).Info("store health unreadable", "error", err.Error())
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "Unreachable", operator.Describe(err))
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, kvv1.ReasonUnreachable, operator.Describe(err))
 		r.capacityLost(b)
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "LeaderUnavailable", "the leader does not answer")
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonLeaderUnavailable, "the leader does not answer")
 		return nil
 	}
 	if !h.ServiceReady {
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, "NotServing", fmt.Sprintf("the master answers but is not serving (role %q, ha_state %q)", h.Role, h.HAState))
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, kvv1.ReasonNotServing, fmt.Sprintf("the master answers but is not serving (role %q, ha_state %q)", h.Role, h.HAState))
 		r.capacityLost(b)
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "LeaderUnavailable", "the leader is not serving")
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonLeaderUnavailable, "the leader is not serving")
 		return nil
 	}
 
@@ -59,9 +58,9 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "metrics", err)
 		s.figures.Up = true
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, kvv1.ReasonServing, describeRole(h))
 		b.Status.Capacity = nil
-		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "ScrapeFailed", operator.Describe(err))
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, kvv1.ReasonScrapeFailed, operator.Describe(err))
 		segments, segErr := r.segments(ctx, b, admin)
 		r.setMembers(b, s.memberPods, segments, segErr)
 		return nil
@@ -73,16 +72,16 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 		if b.Status.Leader != nil {
 			holder = b.Status.Leader.Holder
 		}
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, "PreviousLeaderAnswers", fmt.Sprintf(why, holder))
-		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, "PreviousLeaderAnswers", fmt.Sprintf(why, holder))
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "PreviousLeaderAnswers", fmt.Sprintf(why, holder))
+		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionUnknown, kvv1.ReasonPreviousLeaderAnswers, fmt.Sprintf(why, holder))
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionUnknown, kvv1.ReasonPreviousLeaderAnswers, fmt.Sprintf(why, holder))
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonPreviousLeaderAnswers, fmt.Sprintf(why, holder))
 		b.Status.Capacity, b.Status.Members = nil, nil
 		return nil
 	case newMaster:
 		r.coldCache(s, kvv1.ColdCacheMasterRestarted, metav1.Time{Time: s.now},
 			fmt.Sprintf("the master answering at %s is a new process (its counters started over): it holds none of the objects cached before, so each of them misses (cold cache)", s.now.UTC().Format(time.RFC3339)))
 	}
-	set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, "Serving", describeRole(h))
+	set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionTrue, kvv1.ReasonServing, describeRole(h))
 	segments, segErr := r.segments(ctx, b, admin)
 	r.setCapacity(b, m, len(segments), s.now)
 	r.setMembers(b, s.memberPods, segments, segErr)
@@ -91,7 +90,8 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	if segErr == nil {
 		s.figures.MembersRegistered, s.figures.MembersExpected = membersFigures(b, s.memberPods)
 	}
-	return r.setWritesAttributed(ctx, b, m)
+	r.setWritesAttributed(s, m)
+	return nil
 }
 
 // membersFigures counts the registered members and, for a managed store, the member Pods
@@ -117,33 +117,30 @@ func membersFigures(b *kvv1.KVCacheBackend, pods []corev1.Pod) (registered, expe
 // setWritesAttributed reports writes under the tenant default on a multi-tenant master whose
 // Bindings all name other domains: injection never writes that tenant for them, so an engine
 // ignores the tenant it was given (vLLM-Ascend never passes it; an older image may not read it).
-func (r *Reconciler) setWritesAttributed(ctx context.Context, b *kvv1.KVCacheBackend, m store.Metrics) error {
+func (r *Reconciler) setWritesAttributed(s *state, m store.Metrics) {
+	b := s.backend
 	if len(m.Tenants) == 0 {
 		removeCondition(b, kvv1.ConditionWritesAttributed)
-		return nil
+		return
 	}
 	def, ok := m.Tenants[kvv1.DefaultDomainName]
 	if !ok || def.ChargedBytes == 0 && def.EvictedBytes == 0 {
-		set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, "Attributed", "no object on the master is under the tenant default unless a Binding names it")
-		return nil
+		set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, kvv1.ReasonAttributed, "no object on the master is under the tenant default unless a Binding names it")
+		return
 	}
-	bindings, err := objects.BindingsOn(ctx, objects.Cluster{Cached: r.Client}, b.Name)
-	if err != nil {
-		return err
-	}
-	for _, bd := range bindings {
+	for _, bd := range s.on.Bindings {
 		if bd.DomainName() == kvv1.DefaultDomainName && bd.DeletionTimestamp.IsZero() {
-			set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, "Attributed",
+			set(b, kvv1.ConditionWritesAttributed, metav1.ConditionTrue, kvv1.ReasonAttributed,
 				fmt.Sprintf("the objects under the tenant default are KVCachePoolBinding %s/%s's domain", bd.Namespace, bd.Name))
-			return nil
+			return
 		}
 	}
 	msg := "the master holds objects under the tenant default, and no KVCachePoolBinding on this backend names the domain default: an engine is ignoring the tenant injection gave it (vLLM-Ascend never passes it to the store; an engine image that does not read the injected tenant writes there too). Those writes share nothing with the Binding they were meant for: check the Pods whose Binding's CacheInUse is False"
 	if c := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionWritesAttributed); c == nil || c.Status != metav1.ConditionFalse {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "DefaultTenantWrites", "Observe", "%s", msg)
 	}
-	set(b, kvv1.ConditionWritesAttributed, metav1.ConditionFalse, "DefaultTenantWrites", msg)
-	return nil
+	set(b, kvv1.ConditionWritesAttributed, metav1.ConditionFalse, kvv1.ReasonDefaultTenantWrites, msg)
+	return
 }
 
 func (r *Reconciler) segments(ctx context.Context, b *kvv1.KVCacheBackend, admin store.Admin) ([]store.Segment, error) {
@@ -165,7 +162,7 @@ func (r *Reconciler) setCapacity(b *kvv1.KVCacheBackend, m store.Metrics, segmen
 	}
 	u := operator.RefreshUsage(prev, read, now, operator.UsageRefreshOr(r.UsageRefresh))
 	b.Status.Capacity = &kvv1.Capacity{Total: *total, Used: u.Bytes, ObservedTime: u.At}
-	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionTrue, "Observed",
+	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionTrue, kvv1.ReasonObserved,
 		fmt.Sprintf("the master reports %s across %d segment(s)", total.String(), segments))
 }
 
@@ -173,11 +170,11 @@ func (r *Reconciler) setCapacity(b *kvv1.KVCacheBackend, m store.Metrics, segmen
 func (r *Reconciler) capacityLost(b *kvv1.KVCacheBackend) {
 	b.Status.Capacity, b.Status.Members = nil, nil
 	if wasObserved(b) {
-		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "LeaderUnavailable",
+		set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, kvv1.ReasonLeaderUnavailable,
 			"the leader does not serve: capacity is unknown until it answers again")
 		return
 	}
-	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, "NotObserved", "the store has not reported its capacity yet")
+	set(b, kvv1.ConditionCapacityObserved, metav1.ConditionFalse, kvv1.ReasonNotObserved, "the store has not reported its capacity yet")
 }
 
 func describeRole(h store.Health) string {
@@ -213,18 +210,18 @@ func (r *Reconciler) setMembers(b *kvv1.KVCacheBackend, pods []corev1.Pod, segme
 	}
 	switch {
 	case errors.Is(segErr, store.ErrNotSupported):
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "SegmentsUnsupported", "the master does not list segments (Mooncake before 0.3.12)")
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonSegmentsUnsupported, "the master does not list segments (Mooncake before 0.3.12)")
 		return
 	case segErr != nil:
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, "ScrapeFailed", operator.Describe(segErr))
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonScrapeFailed, operator.Describe(segErr))
 		return
 	}
 	if b.Spec.Connection.Managed == nil {
 		if len(segments) == 0 {
-			set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NoSegments", "the store lists no mounted segment")
+			set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, kvv1.ReasonNoSegments, "the store lists no mounted segment")
 			return
 		}
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, "Mounted", fmt.Sprintf("%d segment(s) mounted", len(segments)))
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, kvv1.ReasonMounted, fmt.Sprintf("%d segment(s) mounted", len(segments)))
 		return
 	}
 	var missing []string
@@ -235,7 +232,7 @@ func (r *Reconciler) setMembers(b *kvv1.KVCacheBackend, pods []corev1.Pod, segme
 	}
 	switch {
 	case len(pods) == 0:
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NoMemberPods",
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, kvv1.ReasonNoMemberPods,
 			fmt.Sprintf("no member Pod runs in %s: check that the member groups' nodeSelectors match nodes", r.SystemNamespace))
 	case len(missing) > 0:
 		prev := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionMembersMounted)
@@ -243,9 +240,9 @@ func (r *Reconciler) setMembers(b *kvv1.KVCacheBackend, pods []corev1.Pod, segme
 		if prev == nil || prev.Message != msg {
 			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "MemberNotRegistered", "Observe", "%s", msg)
 		}
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, "NotRegistered", msg)
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionFalse, kvv1.ReasonNotRegistered, msg)
 	default:
-		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, "AllMounted", fmt.Sprintf("all %d member Pod(s) registered their segments", len(pods)))
+		set(b, kvv1.ConditionMembersMounted, metav1.ConditionTrue, kvv1.ReasonAllMounted, fmt.Sprintf("all %d member Pod(s) registered their segments", len(pods)))
 	}
 }
 

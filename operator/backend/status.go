@@ -11,15 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator"
 )
 
 // Each setX computes one condition from what a reconcile observed; they are pure functions of
 // their arguments, unit-tested on their own.
 
 func set(b *kvv1.KVCacheBackend, t string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{
-		Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: b.Generation,
-	})
+	operator.SetCondition(&b.Status.Conditions, b.Generation, t, status, reason, msg)
 }
 
 func removeCondition(b *kvv1.KVCacheBackend, t string) {
@@ -37,12 +36,22 @@ func refNames(refs []kvv1.ObjectReference) string {
 	return strings.Join(names, ", ")
 }
 
+// setUsedBy lists the pools on the backend as its consumers (deletion waits for them).
+func setUsedBy(b *kvv1.KVCacheBackend, pools []kvv1.KVCachePool) {
+	var refs []kvv1.ObjectReference
+	for _, p := range pools {
+		refs = append(refs, kvv1.ObjectReference{Kind: "KVCachePool", Name: p.Name})
+	}
+	b.Status.UsedBy = refs
+	setDeletable(b, refs)
+}
+
 func setDeletable(b *kvv1.KVCacheBackend, consumers []kvv1.ObjectReference) {
 	if len(consumers) == 0 {
-		set(b, kvv1.ConditionDeletable, metav1.ConditionTrue, "Unused", "no pool uses this backend")
+		set(b, kvv1.ConditionDeletable, metav1.ConditionTrue, kvv1.ReasonUnused, "no pool uses this backend")
 		return
 	}
-	set(b, kvv1.ConditionDeletable, metav1.ConditionFalse, "InUse", fmt.Sprintf("used by %s; deleting the backend waits until they are gone", refNames(consumers)))
+	set(b, kvv1.ConditionDeletable, metav1.ConditionFalse, kvv1.ReasonInUse, fmt.Sprintf("used by %s; deleting the backend waits until they are gone", refNames(consumers)))
 }
 
 // setRolloutComplete reads the leader Deployment's observed state. Only one leader replica is
@@ -52,19 +61,19 @@ func setDeletable(b *kvv1.KVCacheBackend, consumers []kvv1.ObjectReference) {
 func setRolloutComplete(b *kvv1.KVCacheBackend, d *appsv1.Deployment, held int32) {
 	switch {
 	case d == nil:
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "NotCreated", "the leader Deployment does not exist yet")
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonNotCreated, "the leader Deployment does not exist yet")
 	case held > 0:
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "ReplicasPending",
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonReplicasPending,
 			fmt.Sprintf("rolling out the current pod template at %d replica(s) before scaling to %d", ptrValue(d.Spec.Replicas), held))
 	case d.Status.ObservedGeneration < d.Generation:
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "Progressing", "the Deployment controller has not observed the latest spec")
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonProgressing, "the Deployment controller has not observed the latest spec")
 	case d.Status.UpdatedReplicas < ptrValue(d.Spec.Replicas):
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "Progressing",
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonProgressing,
 			fmt.Sprintf("%d of %d leader replicas run the current template", d.Status.UpdatedReplicas, ptrValue(d.Spec.Replicas)))
 	case d.Status.AvailableReplicas < 1:
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "NoLeaderReady", "no leader replica is ready")
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonNoLeaderReady, "no leader replica is ready")
 	default:
-		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionTrue, "Complete",
+		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionTrue, kvv1.ReasonComplete,
 			fmt.Sprintf("%d desired / %d ready: one serving leader%s", ptrValue(d.Spec.Replicas), d.Status.ReadyReplicas, standbys(ptrValue(d.Spec.Replicas))))
 	}
 }
@@ -88,15 +97,15 @@ func ptrValue(p *int32) int32 {
 func setElectionObserved(b *kvv1.KVCacheBackend, l *coordinationv1.Lease) {
 	switch h := leaseHolder(l); {
 	case l == nil:
-		set(b, kvv1.ConditionElectionObserved, metav1.ConditionFalse, "NoLease", "the leader has not created its Lease yet")
+		set(b, kvv1.ConditionElectionObserved, metav1.ConditionFalse, kvv1.ReasonNoLease, "the leader has not created its Lease yet")
 	case h == "":
-		set(b, kvv1.ConditionElectionObserved, metav1.ConditionFalse, "NoHolder", "the Lease has no holder: no replica leads")
+		set(b, kvv1.ConditionElectionObserved, metav1.ConditionFalse, kvv1.ReasonNoHolder, "the Lease has no holder: no replica leads")
 	default:
 		since := "at an unrecorded time"
 		if l.Spec.AcquireTime != nil {
 			since = "since " + l.Spec.AcquireTime.UTC().Format(time.RFC3339)
 		}
-		set(b, kvv1.ConditionElectionObserved, metav1.ConditionTrue, "Held",
+		set(b, kvv1.ConditionElectionObserved, metav1.ConditionTrue, kvv1.ReasonHeld,
 			fmt.Sprintf("held by %s %s (%d holder change(s))", h, since, leaseTransitions(l)))
 	}
 }
@@ -112,7 +121,7 @@ func setPhase(b *kvv1.KVCacheBackend) {
 	managed := b.Spec.Connection.Managed != nil
 	rollout := cond(kvv1.ConditionRolloutComplete)
 	switch {
-	case managed && rollout != nil && rollout.Reason == ReasonRenderFailed:
+	case managed && rollout != nil && rollout.Reason == kvv1.ReasonRenderFailed:
 		st.Phase, st.PhaseMessage = kvv1.PhaseDegraded, rollout.Message
 	case leader != nil && leader.Status == metav1.ConditionUnknown:
 		st.Phase, st.PhaseMessage = kvv1.PhaseDegraded, leader.Message
@@ -148,7 +157,3 @@ func condMessage(c *metav1.Condition) string {
 }
 
 const renderFailedPrefix = "cannot render the store: "
-
-// ReasonRenderFailed on RolloutComplete=False: the spec cannot be rendered (no image resolves,
-// say); the running store is left as it was.
-const ReasonRenderFailed = "RenderFailed"

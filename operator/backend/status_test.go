@@ -212,7 +212,7 @@ func TestPhase(t *testing.T) {
 		}, kvv1.PhaseDegraded},
 		{"a render that fails is Degraded with its message", func(b *kvv1.KVCacheBackend) {
 			serving(b)
-			set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, ReasonRenderFailed, renderFailedPrefix+"no store image")
+			set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonRenderFailed, renderFailedPrefix+"no store image")
 		}, kvv1.PhaseDegraded},
 		{"a phase message alone decides nothing", func(b *kvv1.KVCacheBackend) {
 			serving(b)

@@ -12,7 +12,7 @@ import (
 )
 
 func set(md *kvv1.ModelDeployment, t string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&md.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: md.Generation})
+	operator.SetCondition(&md.Status.Conditions, md.Generation, t, status, reason, msg)
 }
 
 // setStatus computes the deployment's status from what the reconcile observed.
@@ -34,11 +34,11 @@ func setStatus(s *state) {
 func setRollout(s *state) {
 	md := s.md
 	if s.renderErr != nil {
-		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "RenderFailed", s.renderErr.Error())
+		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonRenderFailed, s.renderErr.Error())
 		return
 	}
 	if len(s.deploys) < len(md.Spec.Roles) {
-		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "NotCreated", fmt.Sprintf("%d of %d role Deployments exist", len(s.deploys), len(md.Spec.Roles)))
+		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonNotCreated, fmt.Sprintf("%d of %d role Deployments exist", len(s.deploys), len(md.Spec.Roles)))
 		return
 	}
 	for _, d := range s.deploys {
@@ -47,12 +47,12 @@ func setRollout(s *state) {
 			want = *d.Spec.Replicas
 		}
 		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.AvailableReplicas < want {
-			set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, "Progressing",
+			set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonProgressing,
 				fmt.Sprintf("%s: %d of %d replicas updated and available", d.Name, min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas), want))
 			return
 		}
 	}
-	set(md, kvv1.ConditionRolloutComplete, metav1.ConditionTrue, "Complete", "every role runs its current template on all replicas")
+	set(md, kvv1.ConditionRolloutComplete, metav1.ConditionTrue, kvv1.ReasonComplete, "every role runs its current template on all replicas")
 }
 
 // setCacheAttached says whether the cache is attached, from observation: Ready Pods and writes
@@ -64,7 +64,7 @@ func setCacheAttached(s *state) {
 	md := s.md
 	if md.Spec.KVCache == nil {
 		md.Status.KVCache = nil
-		set(md, kvv1.ConditionCacheAttached, metav1.ConditionFalse, "NoCacheRequested", "spec.kvCache is not set: the deployment runs with no shared cache")
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionFalse, kvv1.ReasonNoCacheRequested, "spec.kvCache is not set: the deployment runs with no shared cache")
 		return
 	}
 	if s.refusal != nil {
@@ -86,14 +86,14 @@ func setCacheAttached(s *state) {
 	}
 	switch {
 	case ready == 0:
-		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoReplicaReady", "configured through "+describe(a)+"; no replica is ready yet, so nothing can use the cache")
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, kvv1.ReasonNoReplicaReady, "configured through "+describe(a)+"; no replica is ready yet, so nothing can use the cache")
 		return
 	case !a.TenantLedger:
-		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoObservationAvailable",
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, kvv1.ReasonNoObservationAvailable,
 			fmt.Sprintf("%d replica(s) ready; KVCacheBackend %s keeps no tenant ledger, so the store cannot show this domain's writes", ready, a.Backend.Name))
 		return
 	case len(s.pods) == 0:
-		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, "NoObservationAvailable",
+		set(md, kvv1.ConditionCacheAttached, metav1.ConditionUnknown, kvv1.ReasonNoObservationAvailable,
 			fmt.Sprintf("%d replica(s) ready; their Pods are not seen yet, so whether they write under tenant %s is not known", ready, a.Domain))
 		return
 	}

@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -325,13 +324,13 @@ func (r *Reconciler) orphans(ctx context.Context, s *state) error {
 func (r *Reconciler) resolveBackend(ctx context.Context, s *state) error {
 	p := s.pool
 	if len(p.Spec.Backends) != 1 {
-		set(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionFalse, "InvalidSpec", "a pool names exactly one backend")
+		operator.SetCondition(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionFalse, kvv1.ReasonInvalidSpec, "a pool names exactly one backend")
 		return nil
 	}
 	b := &kvv1.KVCacheBackend{}
 	err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.Backends[0]}, b)
 	if apierrors.IsNotFound(err) {
-		set(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionFalse, "BackendNotFound",
+		operator.SetCondition(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionFalse, kvv1.ReasonBackendNotFound,
 			fmt.Sprintf("KVCacheBackend %s does not exist", p.Spec.Backends[0]))
 		return nil
 	}
@@ -339,7 +338,7 @@ func (r *Reconciler) resolveBackend(ctx context.Context, s *state) error {
 		return err
 	}
 	s.backend = b
-	set(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionTrue, "Resolved", "KVCacheBackend "+b.Name)
+	operator.SetCondition(&p.Status.Conditions, p.Generation, kvv1.ConditionBackendResolved, metav1.ConditionTrue, kvv1.ReasonResolved, "KVCacheBackend "+b.Name)
 	p.Status.ClientEndpoint = ""
 	for _, e := range b.Status.Endpoints {
 		if e.Name == kvv1.EndpointClient {
@@ -476,17 +475,17 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 			}
 			switch {
 			case store.HasCode(err, store.CodeTenantNotEmpty):
-				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "TenantNotEmpty",
+				operator.SetCondition(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonTenantNotEmpty,
 					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", b.DomainName(), s.backend.Name, r.PollInterval))
 				continue
 			case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
-				set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerWriteFailed", operator.Describe(err))
+				operator.SetCondition(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerWriteFailed, operator.Describe(err))
 				continue
 			}
 			delete(s.ledger, b.DomainName())
 		} else if s.ledger == nil && !s.noLedger && s.backend != nil {
 			// The ledger cannot be read: wait rather than leave an entry behind.
-			set(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, "LedgerUnreachable",
+			operator.SetCondition(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
 				fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read, so the entry cannot be released yet; its QuotaLedgerAvailable condition says why", s.pool.Name))
 			continue
 		}
@@ -539,10 +538,6 @@ func (r *Reconciler) patchStatuses(ctx context.Context, beforePool *kvv1.KVCache
 		}
 	}
 	return nil
-}
-
-func set(conds *[]metav1.Condition, gen int64, t string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
 }
 
 func quantity(bytes int64) *resource.Quantity { return resource.NewQuantity(bytes, resource.BinarySI) }

@@ -69,7 +69,7 @@ func (r *Reconciler) setDeletingStatuses(s *state) {
 	if s.pending != "" {
 		msg = "the pool is being deleted and waits: " + s.pending
 	}
-	set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, "PoolDeleting", msg)
+	operator.SetCondition(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonPoolDeleting, msg)
 	p.Status.Usage = kvv1.PoolUsage{}
 	for _, b := range s.bindings {
 		if b.DeletionTimestamp.IsZero() {
@@ -87,8 +87,8 @@ func setPoolGoneStatus(b *kvv1.KVCachePoolBinding, reason, msg string) {
 	st := &b.Status
 	st.EffectiveQuota, st.Usage, st.UsageObservedTime, st.Evicted, st.EvictedObservedTime = nil, nil, nil, nil, nil
 	meta.RemoveStatusCondition(&st.Conditions, kvv1.ConditionEvictingOwnObjects)
-	set(&st.Conditions, b.Generation, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, reason, msg)
-	set(&st.Conditions, b.Generation, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, reason, msg)
+	operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, reason, msg)
+	operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, reason, msg)
 	st.Phase = kvv1.PhasePending
 }
 
@@ -96,18 +96,18 @@ func setLedgerAvailable(p *kvv1.KVCachePool, s *state) {
 	c := &p.Status.Conditions
 	switch {
 	case s.backend == nil:
-		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist")
+		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionUnknown, kvv1.ReasonBackendNotFound, "the pool's backend does not exist")
 	case s.noLedger:
-		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonMultiTenancyDisabled,
+		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonMultiTenancyDisabled,
 			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: ceilings are not enforced, engines get no tenant and every write lands in the store's default tenant", s.backend.Name))
 	case s.ledger == nil:
-		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, "LedgerUnreachable",
+		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read: %s", s.backend.Name, errString(s.ledgerErr)))
 	case s.ledgerErr != nil:
-		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, "LedgerObserved",
+		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, kvv1.ReasonLedgerObserved,
 			"the master keeps a tenant ledger; the last write failed: "+operator.Describe(s.ledgerErr))
 	default:
-		set(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, "LedgerObserved",
+		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, kvv1.ReasonLedgerObserved,
 			fmt.Sprintf("the master of KVCacheBackend %s keeps a tenant ledger", s.backend.Name))
 	}
 }
@@ -123,11 +123,11 @@ func setQuotaWithinTotal(p *kvv1.KVCachePool, live []*kvv1.KVCachePoolBinding) {
 	}
 	total := p.Spec.Quota.Total
 	if sum.Cmp(total) > 0 {
-		set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionFalse, "Oversubscribed",
+		operator.SetCondition(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionFalse, kvv1.ReasonOversubscribed,
 			fmt.Sprintf("the Bindings' ceilings sum to %s, more than the pool's total %s; each Binding's QuotaGranted says what the store grants it", sum.String(), total.String()))
 		return
 	}
-	set(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionTrue, "WithinTotal",
+	operator.SetCondition(&p.Status.Conditions, p.Generation, kvv1.ConditionQuotaWithinTotal, metav1.ConditionTrue, kvv1.ReasonWithinTotal,
 		fmt.Sprintf("the Bindings' ceilings sum to %s of the pool's total %s", sum.String(), total.String()))
 }
 
@@ -136,12 +136,12 @@ func setCapacityAllocatable(p *kvv1.KVCachePool, b *kvv1.KVCacheBackend) {
 	c := &p.Status.Conditions
 	switch {
 	case b == nil || b.Status.Capacity == nil:
-		set(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionUnknown, "CapacityNotObserved", "the backend has not reported its capacity")
+		operator.SetCondition(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionUnknown, kvv1.ReasonCapacityNotObserved, "the backend has not reported its capacity")
 	case b.Status.Capacity.Total.Cmp(p.Spec.Quota.Total) < 0:
-		set(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionFalse, "CapacityShort",
+		operator.SetCondition(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionFalse, kvv1.ReasonCapacityShort,
 			fmt.Sprintf("KVCacheBackend %s reports %s, less than the pool's total %s", b.Name, b.Status.Capacity.Total.String(), p.Spec.Quota.Total.String()))
 	default:
-		set(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionTrue, "Allocatable",
+		operator.SetCondition(c, p.Generation, kvv1.ConditionCapacityAllocatable, metav1.ConditionTrue, kvv1.ReasonAllocatable,
 			fmt.Sprintf("KVCacheBackend %s reports %s for the pool's total %s", b.Name, b.Status.Capacity.Total.String(), p.Spec.Quota.Total.String()))
 	}
 }
@@ -176,24 +176,24 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 	t, ok := s.ledger[b.DomainName()]
 	switch {
 	case s.backend == nil:
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist")
+		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, kvv1.ReasonBackendNotFound, "the pool's backend does not exist")
 	case s.noLedger:
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, "Unenforced",
+		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, kvv1.ReasonUnenforced,
 			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: the ceiling is not enforced and writes land in the default tenant", s.backend.Name))
 	case s.ledger == nil:
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, "LedgerUnreachable",
+		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read; its QuotaLedgerAvailable condition says why", s.pool.Name))
 	case !s.holds(b):
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", "the domain is held by another Binding")
+		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, kvv1.ReasonNoLedgerEntry, "the domain is held by another Binding")
 	case !ok:
-		set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "NoLedgerEntry", fmt.Sprintf("the master's ledger has no entry for tenant %s yet", b.DomainName()))
+		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, kvv1.ReasonNoLedgerEntry, fmt.Sprintf("the master's ledger has no entry for tenant %s yet", b.DomainName()))
 	default:
 		st.EffectiveQuota, usage = quantity(t.EffectiveQuotaBytes), quantity(t.ChargedBytes)
 		if t.EffectiveQuotaBytes == 0 {
-			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, "ZeroGranted",
+			operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, kvv1.ReasonZeroGranted,
 				fmt.Sprintf("the store grants tenant %s nothing (requested %s): no member segment is mounted, or the ceilings oversubscribe the store", b.DomainName(), quantity(t.RequestedQuotaBytes).String()))
 		} else {
-			set(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, "Granted",
+			operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, kvv1.ReasonGranted,
 				fmt.Sprintf("the store grants %s of the requested %s", st.EffectiveQuota.String(), quantity(t.RequestedQuotaBytes).String()))
 		}
 	}
@@ -221,11 +221,11 @@ func setDomainExclusive(s *state, b *kvv1.KVCachePoolBinding) {
 	c, g, d := &b.Status.Conditions, b.Generation, b.DomainName()
 	switch {
 	case s.backend == nil:
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, "BackendNotFound", "the pool's backend does not exist, so there is no master to hold the domain")
+		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, kvv1.ReasonBackendNotFound, "the pool's backend does not exist, so there is no master to hold the domain")
 		return
 	case !s.holds(b):
 		h := s.holders[d]
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionFalse, "DomainConflict",
+		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionFalse, kvv1.ReasonDomainConflict,
 			fmt.Sprintf("domain %s on KVCacheBackend %s is claimed by KVCachePoolBinding %s/%s, which claimed it first; this Binding is left out of the ledger: delete it or use another domain", d, s.backend.Name, h.Namespace, h.Name))
 		return
 	}
@@ -233,16 +233,16 @@ func setDomainExclusive(s *state, b *kvv1.KVCachePoolBinding) {
 	_, registered := s.ledger[d]
 	switch {
 	case s.noLedger:
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Unregistered",
+		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, kvv1.ReasonUnregistered,
 			fmt.Sprintf(claimed+"; the backend keeps no tenant ledger, so its master registers no domain", d, s.backend.Name))
 	case s.ledger == nil:
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, "LedgerUnreachable",
+		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf(claimed+"; whether its master registered it is unknown until the ledger answers (KVCachePool %s's QuotaLedgerAvailable says why)", d, s.backend.Name, s.pool.Name))
 	case !registered:
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, "NotRegistered",
+		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, kvv1.ReasonNotRegistered,
 			fmt.Sprintf(claimed+"; its master's ledger has no entry for it yet", d, s.backend.Name))
 	default:
-		set(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, "Registered",
+		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, kvv1.ReasonRegistered,
 			fmt.Sprintf("domain %s is this Binding's on the master of KVCacheBackend %s", d, s.backend.Name))
 	}
 }

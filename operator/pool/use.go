@@ -161,11 +161,11 @@ func (r *Reconciler) setUse(ctx context.Context, s *state, b *kvv1.KVCachePoolBi
 	if !held && !s.noLedger && len(u.pods) > 0 {
 		// No tenant of its own on the master (the domain is another Binding's, or no backend):
 		// nothing it writes can be told apart.
-		v = operator.Verdict{Status: metav1.ConditionUnknown, Reason: operator.ReasonNotObserved,
+		v = operator.Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNotObserved,
 			Message: "the Binding holds no tenant on a master (see QuotaGranted and DomainExclusive), so writes under its domain are not its own"}
 	}
 	if !v.Keep {
-		set(&st.Conditions, b.Generation, kvv1.ConditionCacheInUse, v.Status, v.Reason, v.Message)
+		operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionCacheInUse, v.Status, v.Reason, v.Message)
 		if v.Status == metav1.ConditionFalse && !wasFalse {
 			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "CacheNotWritten", "Observe", "%s", v.Message)
 		}
@@ -187,9 +187,9 @@ func (r *Reconciler) setUse(ctx context.Context, s *state, b *kvv1.KVCachePoolBi
 	})
 	switch {
 	case ok:
-		set(&st.Conditions, b.Generation, kvv1.ConditionEvictingOwnObjects, ev.Status, ev.Reason, ev.Message)
+		operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionEvictingOwnObjects, ev.Status, ev.Reason, ev.Message)
 		// Loud when it starts, and when evictions turn into refused writes.
-		if ev.Status == metav1.ConditionTrue && ev.Reason != evictReason && (evictReason == "" || ev.Reason == operator.ReasonWritesRefused) {
+		if ev.Status == metav1.ConditionTrue && ev.Reason != evictReason && (evictReason == "" || ev.Reason == kvv1.ReasonWritesRefused) {
 			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "EvictingOwnObjects", "Observe", "%s", ev.Message)
 		}
 	case !ev.Keep:
@@ -261,7 +261,7 @@ func (r *Reconciler) setDrift(ctx context.Context, s *state, b *kvv1.KVCachePool
 	sort.Slice(stale, func(i, j int) bool { return stale[i].pod < stale[j].pod })
 	if len(stale) == 0 {
 		st.Drift = nil
-		set(&st.Conditions, b.Generation, kvv1.ConditionInjectionCurrent, metav1.ConditionTrue, "Current",
+		operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionInjectionCurrent, metav1.ConditionTrue, kvv1.ReasonCurrent,
 			"every Pod injected through this Binding runs what injection writes now")
 		return
 	}
@@ -279,7 +279,7 @@ func (r *Reconciler) setDrift(ctx context.Context, s *state, b *kvv1.KVCachePool
 		parts = append(parts, fmt.Sprintf("and %d more", len(stale)-3))
 	}
 	st.Drift = drift
-	set(&st.Conditions, b.Generation, kvv1.ConditionInjectionCurrent, metav1.ConditionFalse, "PodsDrifted",
+	operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionInjectionCurrent, metav1.ConditionFalse, kvv1.ReasonPodsDrifted,
 		fmt.Sprintf("%d Pod(s) run a configuration injection no longer writes for this Binding: %s. Injection runs only when a Pod is created: roll their workloads (kubectl -n %s rollout restart deployment/<name>, or delete a bare Pod and create it again); status.drift names them and kvcache check lists each",
 			len(stale), strings.Join(parts, "; "), b.Namespace))
 }
