@@ -165,22 +165,23 @@ func pod(name, ip string) corev1.Pod {
 }
 
 func TestMembersAreJoinedToPodsByAddress(t *testing.T) {
-	r := &Reconciler{Recorder: events.NewFakeRecorder(10), SystemNamespace: "gpustack-system"}
 	b := managedBackend()
 	pods := []corev1.Pod{pod("m-a", "10.0.0.1"), pod("m-b", "10.0.0.2"), pod("m-c", "10.0.0.3")}
 	segs := []store.Segment{{Name: "10.0.0.1:15001", SizeBytes: 8 << 30, Protocol: "tcp", Status: "OK"}, {Name: "10.0.0.3:15002", SizeBytes: 8 << 30, Protocol: "tcp", Status: "OK"}}
-	r.setMembers(b, pods, segs, nil)
+	notes := setMembers(b, pods, segs, nil, "gpustack-system")
+	assert.Equal(t, []note{{corev1.EventTypeWarning, "MemberNotRegistered", "member Pods not registered with the master: m-b (2 of 3 mounted)"}}, notes, "a member missing is said once")
+	assert.Empty(t, setMembers(b, pods, segs, nil, "gpustack-system"), "and not again while the same one is missing")
 	assert.Equal(t, metav1.Condition{Type: kvv1.ConditionMembersMounted, Status: metav1.ConditionFalse, Reason: "NotRegistered",
 		Message: "member Pods not registered with the master: m-b (2 of 3 mounted)", ObservedGeneration: 3}, cond(b, kvv1.ConditionMembersMounted))
 	assert.Equal(t, "m-a", b.Status.Members[0].Pod)
 	assert.Equal(t, "node-m-c", b.Status.Members[1].Node)
 	assert.Equal(t, "8Gi", b.Status.Members[1].Capacity.String())
 
-	r.setMembers(b, pods[:1], segs[:1], nil)
+	setMembers(b, pods[:1], segs[:1], nil, "gpustack-system")
 	assert.Equal(t, "AllMounted", cond(b, kvv1.ConditionMembersMounted).Reason)
-	r.setMembers(b, nil, nil, nil)
+	setMembers(b, nil, nil, nil, "gpustack-system")
 	assert.Equal(t, "NoMemberPods", cond(b, kvv1.ConditionMembersMounted).Reason)
-	r.setMembers(b, pods, nil, store.ErrNotSupported)
+	setMembers(b, pods, nil, store.ErrNotSupported, "gpustack-system")
 	assert.Equal(t, metav1.ConditionUnknown, cond(b, kvv1.ConditionMembersMounted).Status, "a master before 0.3.12 lists no segments: unknown, not an error")
 }
 
