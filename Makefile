@@ -6,7 +6,7 @@ TOOLS := hack/tools.sh
 CRD_DIR := config/crd
 GO_TEST_FLAGS ?=
 
-.PHONY: all build demo generate verify-generate test test-unit snapshots lint tools images cluster-up cluster-down playground playground-down mooncake clean
+.PHONY: all build demo generate verify-generate test test-unit snapshots lint tools images cluster-up cluster-down playground playground-down clean
 
 all: build
 
@@ -97,6 +97,12 @@ playground-down:
 	if [ -n "$$fwd" ] && [ "$$(sysctl -n net.ipv4.ip_forward)" != "$$fwd" ]; then left="$$left net.ipv4.ip_forward is not back to $$fwd;"; fi; \
 	if [ -n "$$left" ]; then echo "playground-down: the host still has$$left" >&2; exit 1; fi; \
 	echo "playground-down: nothing left on the host (no cni bridge, no KUBE-/CNI- chains, net.ipv4.ip_forward=$$(sysctl -n net.ipv4.ip_forward))"
+
+## test-unit: the day-to-day run: every package outside test/ (unit tests, snapshots, the fuzz
+## seeds; envtest where a package reads through a real cache), with no cluster and no PyPI
+test-unit:
+	export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)"; \
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/test/')
 
 ## test: the whole suite: unit, snapshots, envtest against a real kube-apiserver, real store,
 ## and the real cluster (test/cluster starts and stops its own unless one is up)

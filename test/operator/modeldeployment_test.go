@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -267,13 +266,4 @@ func renderedMatchesApplied(t *testing.T, objs ...client.Object) {
 	t.Logf("kvcache render equals what the operator applied, field by field, for %d objects: %s", len(compared), strings.Join(compared, ", "))
 	assert.Empty(t, diffs, "what kvcache render prints and what the operator applied differ")
 	assert.Greater(t, len(compared), 4, "the store and the roles were compared")
-}
-
-func keys(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
