@@ -143,7 +143,7 @@ func (r *Renderer) RenderModelDeployment(in ModelDeploymentInput) ([]Object, err
 			}
 		}
 	}
-	if err := stampHashes(objs); err != nil {
+	if err := stampHashes(objs, nil); err != nil {
 		return nil, err
 	}
 	SortObjects(objs)

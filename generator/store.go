@@ -66,11 +66,15 @@ type leaderValues struct {
 	Name  string
 	Image string
 	// LauncherImage is the operator's image the launcher is copied from ("" when not electing).
-	LauncherImage  string
-	LauncherPath   string
-	LauncherDir    string
-	Replicas       int32
-	RollingUpdate  bool
+	LauncherImage string
+	LauncherPath  string
+	LauncherDir   string
+	Replicas      int32
+	RollingUpdate bool
+	// MaxUnavailable of a rolling update: every replica but one. Standbys are never ready, so
+	// the Deployment controller replaces them first and stops at the serving leader, the one
+	// available Pod; the operator then hands over from it once, gracefully.
+	MaxUnavailable int32
 	Electing       bool
 	ServiceAccount string
 	// Command is the launcher when electing, else the master itself.
@@ -154,12 +158,13 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		Ports:            d.Store,
 	}
 	leader := leaderValues{
-		Name:          LeaderName(b.Name),
-		Image:         b.StoreImage(-1, in.BackendImageSetting),
-		Replicas:      l.ReplicaCount(),
-		RollingUpdate: l.ReplicaCount() > 1,
-		Electing:      l.Electing(),
-		MultiTenancy:  l.MultiTenancyEnabled(),
+		Name:           LeaderName(b.Name),
+		Image:          b.StoreImage(-1, in.BackendImageSetting),
+		Replicas:       l.ReplicaCount(),
+		RollingUpdate:  l.ReplicaCount() > 1,
+		MaxUnavailable: l.ReplicaCount() - 1,
+		Electing:       l.Electing(),
+		MultiTenancy:   l.MultiTenancyEnabled(),
 	}
 	if leader.Image == "" {
 		return nil, fmt.Errorf("KVCacheBackend %s: no store image: set spec.image or create the Setting %s", b.Name, kvv1.SettingKVCacheBackendImage)
@@ -318,7 +323,11 @@ func (r *Renderer) RenderStore(in StoreInput) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := stampHashes(objs); err != nil {
+	specHashes, err := storeSpecHashes(in)
+	if err != nil {
+		return nil, err
+	}
+	if err := stampHashes(objs, specHashes); err != nil {
 		return nil, err
 	}
 	SortObjects(objs)

@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/api/v1/validation"
+	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/objects"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // Backend judges a KVCacheBackend created (old nil) or updated. An update that leaves spec
@@ -56,4 +61,70 @@ func poolNames(pools []kvv1.KVCachePool) []string {
 		out[i] = pools[i].Name
 	}
 	return out
+}
+
+// StoreRestarts says, for an update of a managed backend, which of its store's Pods the change
+// replaces and what that does to the cache, so the user reads it before it happens: a changed
+// leader Pod template restarts the master (one graceful handover with standbys, a restart with
+// one replica), and a master starts empty; a changed member group's Pods are replaced one at a
+// time, each draining its objects to the other members first. The store is rendered from the
+// old and the new spec by the same renderer, so only what the spec changes counts (what a new
+// operator version changes waits: spec.connection.managed.operatorUpdates).
+func StoreRestarts(ctx context.Context, o objects.Reader, r *generator.Renderer, old, obj *kvv1.KVCacheBackend) ([]string, error) {
+	if old == nil || old.Spec.Connection.Managed == nil || obj.Spec.Connection.Managed == nil {
+		return nil, nil
+	}
+	before, after := old.DeepCopy(), obj.DeepCopy()
+	before.Default()
+	after.Default()
+	hashes := func(b *kvv1.KVCacheBackend) (map[string]string, error) {
+		in, err := objects.StoreInput(ctx, o, b, objects.OnBackend{}, "", "")
+		if err != nil {
+			return nil, err
+		}
+		objs, err := r.RenderStore(in)
+		if err != nil {
+			return nil, nil //nolint:nilerr // a spec that does not render is refused by the rules, not here
+		}
+		out := map[string]string{}
+		for _, x := range objs {
+			switch w := x.(type) {
+			case *appsv1.Deployment:
+				out[w.Name] = w.Spec.Template.Labels[vocab.LabelPodSpecHash]
+			case *appsv1.DaemonSet:
+				out[w.Name] = w.Spec.Template.Labels[vocab.LabelPodSpecHash]
+			}
+		}
+		return out, nil
+	}
+	was, err := hashes(before)
+	if err != nil || was == nil {
+		return nil, err
+	}
+	now, err := hashes(after)
+	if err != nil || now == nil {
+		return nil, err
+	}
+	var warnings []string
+	leader := generator.LeaderName(obj.Name)
+	if h, ok := was[leader]; ok && now[leader] != "" && h != now[leader] {
+		if n := after.Spec.Connection.Managed.Leader.ReplicaCount(); n > 1 {
+			warnings = append(warnings, fmt.Sprintf("this change restarts the store's master (the leader's Pod template changes): the %d leader replicas are replaced standbys first, then the serving leader hands over once, gracefully, to an updated standby; the master that takes over starts empty, so the cache is cold: every object cached on KVCacheBackend %s misses afterwards", n, obj.Name))
+		} else {
+			warnings = append(warnings, fmt.Sprintf("this change restarts the store's master (the leader's Pod template changes): with one leader replica the master stops and starts empty, so the store is unavailable for seconds and the cache is cold: every object cached on KVCacheBackend %s misses afterwards (with leader.replicas: 3 it would be one graceful handover)", obj.Name))
+		}
+	}
+	om, nm := before.Spec.Connection.Managed.Members, after.Spec.Connection.Managed.Members
+	for i := range om {
+		name := generator.MemberName(obj.Name, i)
+		switch {
+		case i >= len(nm):
+			warnings = append(warnings, fmt.Sprintf("member group %d is removed: its members stop, each first draining its objects to the remaining members (moved, not lost, while they have room)", i))
+		case was[name] != now[name]:
+			warnings = append(warnings, fmt.Sprintf("this change replaces the members of group %d (their Pod template changes), one at a time: each drains its objects to the other members first, so they are moved, not lost, while the others have room", i))
+		case !equality.Semantic.DeepEqual(om[i].NodeSelector, nm[i].NodeSelector):
+			warnings = append(warnings, fmt.Sprintf("member group %d's nodeSelector changes: members on nodes it no longer selects stop, each first draining its objects to the other members", i))
+		}
+	}
+	return warnings, nil
 }

@@ -62,6 +62,9 @@ const (
 	LabelPodSpecHash = Prefix + "pod-spec-hash"
 	// AnnotationTemplateHash on the leader Deployment is the same hash of its Pod template.
 	AnnotationTemplateHash = Prefix + "template-hash"
+	// AnnotationSpecHash on a store workload is a hash of what of the user's objects its Pod
+	// template is built from: it tells a template the spec changed from one the operator did.
+	AnnotationSpecHash = Prefix + "spec-hash"
 	// AnnotationAppliedHash on every rendered object is a hash of the whole render of it: the
 	// operator applies again when it changed, and sends nothing while it did not.
 	AnnotationAppliedHash = Prefix + "applied-hash"

@@ -6,13 +6,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
-// BackendValidator validates KVCacheBackends with rules.Backend.
+// BackendValidator validates KVCacheBackends with rules.Backend, and warns on an update that
+// restarts the store's master or members (rules.StoreRestarts).
 type BackendValidator struct {
 	Reader objects.Reader
+	// Renderer renders the store before and after an update; nil: no restart warnings.
+	Renderer *generator.Renderer
 }
 
 // ValidateCreate implements admission.Validator.
@@ -24,6 +28,12 @@ func (v *BackendValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCache
 // ValidateUpdate implements admission.Validator.
 func (v *BackendValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCacheBackend) (admission.Warnings, error) {
 	verdict, err := rules.Backend(ctx, v.Reader, oldObj, newObj)
+	if err == nil && len(verdict.Errors) == 0 && v.Renderer != nil {
+		var restarts []string
+		if restarts, err = rules.StoreRestarts(ctx, v.Reader, v.Renderer, oldObj, newObj); err == nil {
+			verdict.Warnings = append(verdict.Warnings, restarts...)
+		}
+	}
 	return answer("KVCacheBackend", newObj.Name, verdict, err)
 }
 

@@ -31,6 +31,11 @@ import (
 // team-a/team-a, ModelDeployment team-a/qwen-chat) and the chart's Settings. Each returns a fresh
 // object the test may change; none is defaulted, as a manifest would not be.
 
+func vtReplicas(b *kvv1.KVCacheBackend, n int32) *kvv1.KVCacheBackend {
+	b.Spec.Connection.Managed.Leader.Replicas = ptr.To(n)
+	return b
+}
+
 func vtBackend(name string, protocols ...kvv1.TransportProtocol) *kvv1.KVCacheBackend {
 	b := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	m := &kvv1.ManagedConnection{}
@@ -291,6 +296,9 @@ func TestBackendValidator(t *testing.T) {
 		tenancyPath = "spec.connection.managed.leader.multiTenancy: Forbidden: "
 		tenancyOne  = tenancyPath + "KVCachePool shared-dram uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true"
 		tenancyTwo  = tenancyPath + "KVCachePools shared-dram, spare-dram use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true"
+		restartOne  = "this change restarts the store's master (the leader's Pod template changes): with one leader replica the master stops and starts empty, so the store is unavailable for seconds and the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards (with leader.replicas: 3 it would be one graceful handover)"
+		handover    = "this change restarts the store's master (the leader's Pod template changes): the 3 leader replicas are replaced standbys first, then the serving leader hands over once, gracefully, to an updated standby; the master that takes over starts empty, so the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards"
+		members0    = "this change replaces the members of group 0 (their Pod template changes), one at a time: each drains its objects to the other members first, so they are moved, not lost, while the others have room"
 	)
 	tenancyOff := func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false) }
 	tests := []vtCase[*kvv1.KVCacheBackend]{
@@ -327,16 +335,49 @@ func TestBackendValidator(t *testing.T) {
 			want:    []string{tenancyTwo},
 		},
 		{
-			name:    "turning multi-tenancy off with no pool on the backend is admitted",
+			name:    "turning multi-tenancy off with no pool on the backend is admitted, saying the master restarts",
 			cluster: []client.Object{vtImageSetting(), vtPool("other", "mooncake-vram")},
 			old:     vtBackend("mooncake-dram"),
 			mutate:  tenancyOff,
+			warn:    admission.Warnings{restartOne},
 		},
 		{
-			name:    "turning multi-tenancy on is admitted while pools use the backend",
+			name:    "turning multi-tenancy on is admitted while pools use the backend, saying the master restarts",
 			cluster: vtWalkthrough(),
 			old:     vtNoLedger("mooncake-dram"),
 			mutate:  func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(true) },
+			warn:    admission.Warnings{restartOne},
+		},
+		{
+			name:    "a leader flag changed with standbys warns of one graceful handover and a cold cache",
+			cluster: vtWalkthrough(),
+			old:     vtReplicas(vtBackend("mooncake-dram"), 3),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.Managed.Leader.ExtraArgs = []string{"-default_kv_lease_ttl=10m"}
+			},
+			warn: admission.Warnings{handover},
+		},
+		{
+			name:    "scaling the leader from one replica to three restarts nothing, so it warns of nothing",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram"),
+			mutate:  func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.Replicas = ptr.To[int32](3) },
+		},
+		{
+			name:    "a member group's nodeSelector changed warns that members on nodes no longer selected stop, draining first",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram"),
+			mutate:  func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Members[0].NodeSelector = map[string]string{"pool": "z"} },
+			warn:    admission.Warnings{"member group 0's nodeSelector changes: members on nodes it no longer selects stop, each first draining its objects to the other members"},
+		},
+		{
+			name:    "the last member group removed warns that its members drain to the rest",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram", "", ""),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.Managed.Members = b.Spec.Connection.Managed.Members[:1]
+			},
+			warn: admission.Warnings{"member group 1 is removed: its members stop, each first draining its objects to the remaining members (moved, not lost, while they have room)"},
 		},
 		{
 			name:    "a medium change is refused on update",
@@ -346,12 +387,13 @@ func TestBackendValidator(t *testing.T) {
 			want:    []string{"spec.connection.managed.members[0].medium: Forbidden: a member group's medium is immutable (the group at this position is DRAM; its members registered DRAM segments with the master); keep DRAM here and append a new group with medium: VRAM instead"},
 		},
 		{
-			name:    "an update is judged with the Setting too: growing a group passes",
+			name:    "an update is judged with the Setting too: growing a group passes, saying its members are replaced, draining first",
 			cluster: vtWalkthrough(),
 			old:     vtBackend("mooncake-dram"),
 			mutate: func(b *kvv1.KVCacheBackend) {
 				b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("16Gi")
 			},
+			warn: admission.Warnings{members0},
 		},
 		{
 			name: "a metadata-only update (finalizer removal) is admitted even when the backend would no longer validate",
@@ -368,7 +410,11 @@ func TestBackendValidator(t *testing.T) {
 			},
 		},
 	}
-	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.KVCacheBackend] { return &BackendValidator{Reader: r} })
+	renderer, err := generator.NewRenderer()
+	require.NoError(t, err)
+	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.KVCacheBackend] {
+		return &BackendValidator{Reader: r, Renderer: renderer}
+	})
 
 	t.Run("delete is admitted", func(t *testing.T) {
 		v := &BackendValidator{Reader: vtReader(t, vtWalkthrough()...)}

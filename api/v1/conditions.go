@@ -13,6 +13,9 @@ const (
 	// default and no Binding on the backend names that domain: an engine ignores the tenant
 	// injection gave it.
 	ConditionWritesAttributed = "WritesAttributed"
+	// ConditionUpdatePending is True while a new operator version's changes to the store's
+	// Pods wait (spec.connection.managed.operatorUpdates: Deferred), naming what would change.
+	ConditionUpdatePending = "UpdatePending"
 
 	// KVCachePool.
 	ConditionBackendResolved      = "BackendResolved"

@@ -23,6 +23,9 @@ func (b *KVCacheBackend) Default() {
 	if m == nil {
 		return
 	}
+	if m.OperatorUpdates == "" {
+		m.OperatorUpdates = OperatorUpdatesDeferred
+	}
 	l := &m.Leader
 	if l.Replicas == nil {
 		l.Replicas = ptr.To[int32](1)

@@ -190,7 +190,28 @@ type ManagedConnection struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	Members []MemberGroup `json:"members"`
+
+	// OperatorUpdates says when what a new operator version changes in the store's Pods (the
+	// launcher it copies into the leader, the rendered Pod templates) reaches Pods that run.
+	// Deferred (the default) keeps each Pod as it runs until a change of this spec restarts it
+	// anyway (the UpdatePending condition says what waits); Immediate applies it at once: the
+	// leader rolls (one graceful handover with standbys, a restart with one replica) and the
+	// members are replaced one at a time. A store's cache is lost with its master, so an
+	// operator upgrade must not restart every store in the cluster at the same moment.
+	// +kubebuilder:default=Deferred
+	// +optional
+	OperatorUpdates OperatorUpdates `json:"operatorUpdates,omitempty"`
 }
+
+// OperatorUpdates is when a new operator version's changes reach a store's running Pods.
+// +kubebuilder:validation:Enum=Deferred;Immediate
+type OperatorUpdates string
+
+// OperatorUpdates values.
+const (
+	OperatorUpdatesDeferred  OperatorUpdates = "Deferred"
+	OperatorUpdatesImmediate OperatorUpdates = "Immediate"
+)
 
 // Leader configures the store master (mooncake_master).
 type Leader struct {
@@ -426,6 +447,7 @@ type KVCacheBackendStatus struct {
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoints[?(@.name=="Client")].address`
 // +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.capacity.total`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Update-Pending",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="UpdatePending")].status`
 type KVCacheBackend struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -3,6 +3,9 @@ package v1
 // Condition reasons the operator writes: stable values, part of the API (a script or an alert
 // may match on them), set only through these constants.
 const (
+	ReasonOperatorUpdateDeferred = "OperatorUpdateDeferred"
+	ReasonUpToDate               = "UpToDate"
+	ReasonHandover               = "Handover"
 	ReasonAllMounted             = "AllMounted"
 	ReasonAllocatable            = "Allocatable"
 	ReasonAtGrant                = "AtGrant"

@@ -236,7 +236,7 @@ func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer, cat *settingCatal
 
 	s := mgr.GetScheme()
 	for kind, wh := range map[string]*admission.Webhook{
-		"kvcachebackend":     admission.WithValidator[*kvv1.KVCacheBackend](s, &webhook.BackendValidator{Reader: reader}),
+		"kvcachebackend":     admission.WithValidator[*kvv1.KVCacheBackend](s, &webhook.BackendValidator{Reader: reader, Renderer: r}),
 		"kvcachepool":        admission.WithValidator[*kvv1.KVCachePool](s, &webhook.PoolValidator{Reader: reader}),
 		"kvcachepoolbinding": admission.WithValidator[*kvv1.KVCachePoolBinding](s, &webhook.BindingValidator{Reader: reader}),
 		"modeldeployment":    admission.WithValidator[*kvv1.ModelDeployment](s, &webhook.ModelDeploymentValidator{Reader: reader}),
@@ -342,7 +342,7 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	activity := &operator.TenantActivity{}
 	cat := catalogOf(mgr, o)
 	if err := (&backend.Reconciler{
-		Client: cat.wrap(mgr.GetClient()), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
+		Client: cat.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
 		Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return err

@@ -53,6 +53,10 @@ type Reconciler struct {
 	// OperatorImage is the operator's own image, which electing leader Pods copy the launcher
 	// from ("" renders the default).
 	OperatorImage string
+	// APIReader reads the API server directly: a workload's managed fields (the cache keeps
+	// none) when an operator update is deferred, and the leader's ReplicaSets at a handover.
+	// Nil: neither is done (every render applies as is).
+	APIReader client.Reader
 	// Admin returns the admin client of a backend's store (tests point it elsewhere).
 	Admin func(b *kvv1.KVCacheBackend) store.Admin
 	// Recorder emits the events an operator must notice.
@@ -216,6 +220,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.renderAndApply,
 		r.restartStaleMembers,
 		r.observeWorkloads,
+		r.completeHandover,
 		r.observeStore,
 	} {
 		if err := phase(ctx, s); err != nil {
@@ -272,6 +277,8 @@ type state struct {
 	leader *appsv1.Deployment
 	// replicasHeld is the leader replica count waiting for a template rollout (0: none).
 	replicasHeld int32
+	// pending are the workloads whose Pods keep what an earlier operator rendered.
+	pending []pendingUpdate
 	// leaseChanged: this reconcile saw the election Lease move to another holder.
 	leaseChanged bool
 	// figures are what this reconcile read from the store, for the metrics.
@@ -410,6 +417,9 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		s.renderErr = err
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "RenderFailed", "Render", "%v", err)
 		return nil
+	}
+	if err := r.deferOperatorUpdates(ctx, s); err != nil {
+		return err
 	}
 	applier := operator.Applier{Client: r.Client, OnDrift: func(o generator.Object, path string) {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "DriftReverted", "Apply",
@@ -569,6 +579,7 @@ func (r *Reconciler) observeWorkloads(_ context.Context, s *state) error {
 		return nil
 	}
 	setRolloutComplete(b, s.leader, s.replicasHeld)
+	setUpdatePending(b, s.pending)
 	if s.renderErr != nil {
 		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonRenderFailed, renderFailedPrefix+s.renderErr.Error())
 	}
