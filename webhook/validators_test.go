@@ -367,8 +367,10 @@ func TestBackendValidator(t *testing.T) {
 			name:    "a member group's nodeSelector changed warns that members on nodes no longer selected stop, draining first",
 			cluster: vtWalkthrough(),
 			old:     vtBackend("mooncake-dram"),
-			mutate:  func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Members[0].NodeSelector = map[string]string{"pool": "z"} },
-			warn:    admission.Warnings{"member group 0's nodeSelector changes: members on nodes it no longer selects stop, each first draining its objects to the other members"},
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.Managed.Members[0].NodeSelector = map[string]string{"pool": "z"}
+			},
+			warn: admission.Warnings{"member group 0's nodeSelector changes: members on nodes it no longer selects stop, each first draining its objects to the other members"},
 		},
 		{
 			name:    "the last member group removed warns that its members drain to the rest",
