@@ -50,53 +50,16 @@ cluster-down:
 ## loaded, the chart installed with its default values (helm install --wait), the walkthrough
 ## applied as adapted to this machine (test/cluster/walkthrough: 256Mi per member, the stand-in
 ## engine on no InstanceType), the store's capacity as its members registered it, and one
-## injected engine Pod moving bytes. Run again, it upgrades the release and re-applies.
+## injected engine Pod moving bytes. Run again, it upgrades the release, re-applies the
+## walkthrough and replaces the engine Pod (a Pod cannot be updated in place). The steps are
+## hack/playground.sh's, which test/cluster runs twice in a row.
 playground: tools images
-	hack/cluster.sh up
-	hack/images.sh load
-	@export KUBECONFIG="$$(hack/cluster.sh kubeconfig)"; \
-	kubectl="$$($(TOOLS) path kubectl)"; helm="$$($(TOOLS) path helm)"; \
-	for ns in gpustack-system team-a; do \
-	  "$$kubectl" get namespace "$$ns" >/dev/null 2>&1 || "$$kubectl" create namespace "$$ns"; \
-	done; \
-	if "$$helm" status kvcache --namespace kvcache-system >/dev/null 2>&1; then \
-	  "$$helm" upgrade kvcache charts/kvcache-operator --namespace kvcache-system --wait --timeout 5m; \
-	else \
-	  "$$helm" install kvcache charts/kvcache-operator --namespace kvcache-system --create-namespace --wait --timeout 5m; \
-	fi; \
-	"$$kubectl" kustomize --load-restrictor=LoadRestrictionsNone test/cluster/walkthrough | "$$kubectl" apply -f -; \
-	echo "playground: waiting until every member registered its segment with the master"; \
-	"$$kubectl" wait kvcb/mooncake-dram --for=condition=MembersMounted --timeout=5m >/dev/null; \
-	"$$kubectl" wait kvcb/mooncake-dram --for=jsonpath='{.status.phase}'=Ready --timeout=5m >/dev/null; \
-	echo; echo "$$ kubectl get kvcb,kvcp -o wide"; "$$kubectl" get kvcb,kvcp -o wide; \
-	echo; echo "$$ kubectl get kvcpb -A"; "$$kubectl" get kvcpb -A; \
-	"$$kubectl" apply -f test/cluster/walkthrough/engine-pod.yaml >/dev/null; \
-	"$$kubectl" -n team-a wait pod/playground-engine --for=condition=Ready --timeout=3m >/dev/null; \
-	echo; echo "$$ kubectl -n team-a get pod playground-engine -o jsonpath='{.metadata.annotations.kvcache\.gpustack\.ai/injected}'"; \
-	"$$kubectl" -n team-a get pod playground-engine -o jsonpath='{.metadata.annotations.kvcache\.gpustack\.ai/injected}'; echo; \
-	echo; echo "$$ kubectl -n team-a logs playground-engine   # its first round: a put and a get through the store"; \
-	"$$kubectl" -n team-a logs playground-engine | grep -m1 '^{'; \
-	echo; echo "The playground runs. Continue with:"; \
-	echo "  export KUBECONFIG=$$KUBECONFIG"; \
-	echo "  alias kubectl=$$kubectl helm=$$helm"; \
-	echo "  kubectl -n team-a logs -f playground-engine     # a round every few seconds"; \
-	echo "  kubectl patch kvcb mooncake-dram --type=merge -p '{\"spec\":{\"connection\":{\"managed\":{\"leader\":{\"replicas\":3}}}}}'   # Step 4"; \
-	echo "Tear it down (nothing stays on the host) with: make playground-down"
+	hack/playground.sh up
 
 ## playground-down: stop the playground's cluster and check the host is as it was (no cni
-## bridge, no KUBE-/CNI- chains, ip_forward restored)
+## bridge, no KUBE-/CNI- chains, ip_forward restored, no process or cgroup of the cluster)
 playground-down:
-	@state="$$(dirname "$$(hack/cluster.sh kubeconfig)")"; \
-	fwd="$$(awk -F'\t' '$$1 == "net.ipv4.ip_forward" {print $$2}' "$$state/host/sysctl" 2>/dev/null || true)"; \
-	hack/cluster.sh down; \
-	left=""; \
-	if ip -o link show type bridge 2>/dev/null | grep -qE '^[0-9]+: cni[0-9]+[:@]'; then left="$$left a cni bridge;"; fi; \
-	for save in iptables-save ip6tables-save; do \
-	  if command -v "$$save" >/dev/null && "$$save" 2>/dev/null | grep -qE '^:(KUBE|CNI)-'; then left="$$left $$save shows KUBE-/CNI- chains;"; fi; \
-	done; \
-	if [ -n "$$fwd" ] && [ "$$(sysctl -n net.ipv4.ip_forward)" != "$$fwd" ]; then left="$$left net.ipv4.ip_forward is not back to $$fwd;"; fi; \
-	if [ -n "$$left" ]; then echo "playground-down: the host still has$$left" >&2; exit 1; fi; \
-	echo "playground-down: nothing left on the host (no cni bridge, no KUBE-/CNI- chains, net.ipv4.ip_forward=$$(sysctl -n net.ipv4.ip_forward))"
+	hack/playground.sh down
 
 ## test-unit: the day-to-day run: every package outside test/ (unit tests, snapshots, the fuzz
 ## seeds; envtest where a package reads through a real cache), with no cluster and no PyPI

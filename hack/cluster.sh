@@ -11,7 +11,9 @@
 #     etcd/ coredns/       etcd's data (wiped by down) and the Corefile
 #     node-<i>/            one node: containerd root (images, kept) and state, kubelet root-dir,
 #                          CNI config and IPAM, pod logs, kubelet config
-#     run/<name>.pid       "PID BINARY" of every process `up` started; `down` stops only those
+#     run/<name>.pid       "PID BINARY" of the process `up` runs as <name>
+#     run/started          "NAME PID BINARY" of every process `up` ever started (a daemon started
+#                          twice leaves both); `down` stops every one of them, and only those
 #     host/                what `up` found on the host before changing it; `down` restores it
 #     logs/<name>.log      each process's output (kept after down, for post-mortems)
 #
@@ -28,8 +30,11 @@
 #   hack/cluster.sh env         print `export KUBECONFIG=...` for eval
 #   hack/cluster.sh sockets     print each node's containerd socket (for ctr / hack/images.sh)
 #   hack/cluster.sh purge       down, then delete the state directory (images included)
+#   hack/cluster.sh footprint   print what `up` may change on the host, for a test to compare
 # KVCACHE_CLUSTER_NODES (default 2) sets how many nodes `up` starts. A failed `up` takes down what
 # it started unless KVCACHE_CLUSTER_KEEP is set.
+# Test only: KVCACHE_CLUSTER_TEST_CONTAINERD_EXITS=1 starts node 0's containerd with an unknown
+# flag, so it exits at once and `up` fails (test/cluster proves the failed `up` leaves nothing).
 set -Eeuo pipefail
 shopt -s inherit_errexit nullglob
 # No failure is silent: name the command and line that stopped the script.
@@ -95,51 +100,106 @@ cgroup_hierarchies() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Processes: each recorded as "PID BINARY" in run/<name>.pid and stopped only through that record.
+# Processes: each recorded as "PID BINARY" in run/<name>.pid, and as "NAME PID BINARY" in
+# run/started (every start, never overwritten), and stopped only through those records.
 
 pidfile() { echo "$STATE/run/$1.pid"; }
 
-# alive NAME: the recorded PID runs the recorded binary (a recycled PID is not ours).
+# runs PID BINARY: PID runs BINARY (a recycled PID is not ours; a zombie has no exe).
+runs() {
+  local exe
+  [ -n "$1" ] && [ -d "/proc/$1" ] || return 1
+  exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
+  [ "${exe% (deleted)}" = "$2" ]
+}
+
+# alive NAME: the recorded PID runs the recorded binary.
 alive() {
-  local f pid bin exe
+  local f pid bin
   f=$(pidfile "$1")
   [ -f "$f" ] || return 1
   read -r pid bin <"$f" || return 1
-  [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  exe=${exe% (deleted)}
-  [ "$exe" = "$bin" ]
+  runs "$pid" "$bin"
 }
 
-# start NAME BINARY ARGS...: run detached (own session, output to logs/NAME.log), record its PID.
+# until_exec PID BINARY: wait until the child PID has exec'd BINARY, or is gone. Until then its
+# /proc/PID/exe names bash (the fork), then setsid, and `alive` calls a daemon that is still
+# starting dead. Under disk pressure, with BINARY out of the page cache, that took 50-900 ms
+# here, while the first `alive` of containerd-0 comes 20-70 ms after its fork: `up` used to
+# report it "exited" with an empty log, start it again, give up, and leave both running (their
+# lock on the node's boltdb then hung the next up).
+until_exec() {
+  local pid=$1 bin=$2 exe deadline=$((SECONDS + 10))
+  while exe=$(readlink "/proc/$pid/exe" 2>/dev/null); do
+    [ "${exe% (deleted)}" != "$bin" ] || return 0
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "pid $pid has not become $bin after 10s (it runs ${exe% (deleted)})"
+      return 0
+    fi
+    sleep 0.01
+  done
+}
+
+# start NAME BINARY ARGS...: run detached (own session, output to logs/NAME.log), record its PID,
+# and return once it runs BINARY (or has already exited: wait_for then reports it).
 start() {
-  local name=$1 bin
+  local name=$1 bin pid
   bin=$(readlink -f "$2"); shift 2
   if alive "$name"; then return 0; fi
   mkdir -p "$STATE/run" "$STATE/logs"
   # setsid execs in place (a background job is never a group leader), so $! is the program.
   # fd 8 is the up/down lock: a daemon holding it would block every later down.
   setsid "$bin" "$@" </dev/null >"$STATE/logs/$name.log" 2>&1 8>&- &
-  echo "$! $bin" >"$(pidfile "$name")"
+  pid=$!
+  echo "$name $pid $bin" >>"$STATE/run/started"
+  echo "$pid $bin" >"$(pidfile "$name")"
+  until_exec "$pid" "$bin"
 }
 
-# stop NAME [GRACE_SECONDS]: SIGTERM, then SIGKILL after the grace period.
-stop() {
-  local name=$1 grace=${2:-10} pid bin i
-  if alive "$name"; then
-    read -r pid bin <"$(pidfile "$name")"
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < grace * 10; i++)); do
-      [ -d "/proc/$pid" ] || break
-      # A zombie is gone for our purposes (its parent reaps it).
-      [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
-      sleep 0.1
-    done
-    if [ -d "/proc/$pid" ] && alive "$name"; then
-      log "$name (pid $pid) ignored SIGTERM for ${grace}s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
+# how_ended NAME: sets ENDED to " (pid P, exit status S)" for the recorded process of NAME once
+# it is gone. Not in a command substitution: only this shell, its parent, can wait for it (127 is
+# bash's "not my child", e.g. a process an earlier `up` started).
+how_ended() {
+  local pid bin st=0
+  ENDED=""
+  read -r pid bin <"$(pidfile "$1")" 2>/dev/null || return 0
+  [ -n "$pid" ] || return 0
+  # Never block on a process that still runs (a zombie has ended).
+  if [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then return 0; fi
+  wait "$pid" 2>/dev/null || st=$?
+  if [ "$st" -eq 127 ]; then ENDED=" (pid $pid)"
+  elif [ "$st" -gt 128 ]; then ENDED=" (pid $pid, killed by signal $((st - 128)))"
+  else ENDED=" (pid $pid, exit status $st)"
   fi
+}
+
+# stop_pid NAME PID BINARY GRACE: SIGTERM, then SIGKILL after the grace period.
+stop_pid() {
+  local name=$1 pid=$2 bin=$3 grace=$4 i
+  runs "$pid" "$bin" || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  # A zombie has no exe: gone for our purposes (its parent reaps it).
+  for ((i = 0; i < grace * 10; i++)); do
+    runs "$pid" "$bin" || break
+    sleep 0.1
+  done
+  if runs "$pid" "$bin"; then
+    log "$name (pid $pid) ignored SIGTERM for ${grace}s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+}
+
+# stop NAME [GRACE_SECONDS]: every process up started as NAME: the recorded one, and any other
+# run/started lists (a NAME started again while an earlier one still ran).
+stop() {
+  local name=$1 grace=${2:-10} pid bin records
+  records=$({
+    cat "$(pidfile "$name")" 2>/dev/null || true
+    awk -v n="$name" '$1 == n {print $2, $3}' "$STATE/run/started" 2>/dev/null || true
+  } | sort -u)
+  while read -r pid bin; do
+    [ -z "$pid" ] || stop_pid "$name" "$pid" "$bin" "$grace"
+  done <<<"$records"
   rm -f "$(pidfile "$name")"
 }
 
@@ -149,13 +209,15 @@ wait_for() {
   deadline=$(($(date +%s) + timeout))
   until "$@" >/dev/null 2>&1; do
     if [ -n "$logname" ] && ! alive "$logname"; then
-      log "$logname exited while waiting for $what; last lines of $STATE/logs/$logname.log:"
+      how_ended "$logname"
+      log "$logname exited$ENDED while waiting for $what; last lines of $STATE/logs/$logname.log:"
       tail -n 20 "$STATE/logs/$logname.log" >&2 || true
       # What it depends on may have gone first (a kubelet whose containerd stopped).
       local n
       for n in $(all_names); do
         [ "$n" = "$logname" ] || [ ! -f "$(pidfile "$n")" ] || alive "$n" || {
-          log "$n exited too; last lines of $STATE/logs/$n.log:"
+          how_ended "$n"
+          log "$n exited too$ENDED; last lines of $STATE/logs/$n.log:"
           tail -n 5 "$STATE/logs/$n.log" >&2 || true
         }
       done
@@ -442,26 +504,28 @@ serializeImagePulls: false
 EOF
 }
 
-start_node() {
-  local i=$1 d
-  d=$(node_dir "$i")
-  start "containerd-$i" "$(command -v containerd)" --config "$d/containerd/config.toml"
+# holders BINARY ARG: PIDs of the processes running BINARY with ARG as one of their arguments.
+holders() {
+  local p
+  for p in $(grep -lszxF -- "$2" /proc/[0-9]*/cmdline | cut -d/ -f3 || true); do
+    ! runs "$p" "$1" || echo "$p"
+  done
 }
 
-# containerd_serving I: wait for node I's containerd to serve. Rarely (seen twice in a day of
-# runs, with no error in its log) a containerd stops in an orderly way within a second of its
-# start; it is then started once more, its log kept, and a second stop fails.
-containerd_serving() {
-  local i=$1 logf
-  logf="$STATE/logs/containerd-$i.log"
-  if wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")" && alive "containerd-$i"; then
-    return 0
+start_node() {
+  local i=$1 d cfg bin others test_hook=()
+  alive "containerd-$i" && return 0
+  d=$(node_dir "$i"); cfg=$d/containerd/config.toml; bin=$(readlink -f "$(command -v containerd)")
+  # A containerd this cluster no longer records (started by hand, or by an older hack/cluster.sh
+  # that lost track of it) holds the node's metadata store: a new one would wait forever on
+  # "waiting for response from boltdb open". Say so, and leave it to whoever started it.
+  others=$(holders "$bin" "$cfg" | paste -sd ' ' -)
+  [ -z "$others" ] || die "a containerd this cluster did not record already runs on $cfg (pid $others): stop it, then run up again"
+  if [ "$i" -eq 0 ] && [ -n "${KVCACHE_CLUSTER_TEST_CONTAINERD_EXITS:-}" ]; then
+    log "KVCACHE_CLUSTER_TEST_CONTAINERD_EXITS is set (test only): containerd-0 gets an unknown flag and exits at once"
+    test_hook=(--kvcache-test-exits-at-once)
   fi
-  log "containerd-$i stopped while starting; starting it again (its log: $logf.first)"
-  cp "$logf" "$logf.first" 2>/dev/null || true
-  rm -f "$(ctr_sock "$i")" "$(ctr_sock "$i").ttrpc"
-  start_node "$i"
-  wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")"
+  start "containerd-$i" "$bin" --config "$cfg" "${test_hook[@]}"
 }
 
 start_kubelet() {
@@ -695,7 +759,7 @@ cmd_up() {
   # The sandbox image, imported while the API server starts.
   local socks=()
   for i in $(seq 0 $((NODES - 1))); do
-    containerd_serving "$i"
+    wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")"
     socks+=(--socket "$(ctr_sock "$i")")
   done
   "$HERE/images.sh" load "${socks[@]}" pause
@@ -705,10 +769,7 @@ cmd_up() {
   apply_addons
   start_coredns
   start_proxy
-  for i in $(seq 0 $((NODES - 1))); do
-    alive "containerd-$i" || { containerd_serving "$i"; "$HERE/images.sh" load --socket "$(ctr_sock "$i")" pause; }
-    start_kubelet "$i"
-  done
+  for i in $(seq 0 $((NODES - 1))); do start_kubelet "$i"; done
   local names=()
   for i in $(seq 0 $((NODES - 1))); do names+=("node/$(node_name "$i")"); done
   wait_for "nodes to register" 60 kubelet-0 kubectl_admin get "${names[@]}"
@@ -888,6 +949,11 @@ cmd_down() {
   stop kube-controller-manager 5
   stop kube-apiserver 15
   stop etcd 10
+  # Whatever else run/started lists (a name this down does not know) goes too.
+  local name pid bin
+  while read -r name pid bin; do
+    [ -z "$pid" ] || stop_pid "$name" "$pid" "$bin" 5
+  done < <(cat "$STATE/run/started" 2>/dev/null || true)
   for i in $(known_nodes); do kill_cgroup_procs "kvcache-node-$i"; done
   unmount_state
   for i in $(known_nodes); do remove_cgroups "kvcache-node-$i"; done
@@ -915,6 +981,21 @@ cmd_down() {
   done
   rm -rf "$STATE/etcd" "$STATE/run" "$STATE/host" "$STATE/apiserver"
   log "down in $(since "$t0")s"
+}
+
+# What up may change outside its state directory, one "KIND VALUE" a line, so a test can take
+# the host's picture before and compare after down: sysctl KEY, path PATH (one of those up
+# records when absent), cgroup DIR (a node's cgroupRoot in one hierarchy), bridge NAME; and
+# state DIR, where every process up starts has an argument.
+cmd_footprint() {
+  local k p h i
+  for k in "${SYSCTLS[@]}"; do echo "sysctl $k"; done
+  for p in "${HOST_PATHS[@]}"; do echo "path $p"; done
+  for i in $(seq 0 $((NODES - 1))); do
+    for h in $(cgroup_hierarchies); do echo "cgroup $h/kvcache-node-$i"; done
+    echo "bridge $(bridge_name "$i")"
+  done
+  echo "state $STATE"
 }
 
 cmd_status() {
@@ -947,6 +1028,7 @@ case "${1:-}" in
   env) printf 'export KUBECONFIG=%q\n' "$STATE/kubeconfig" ;;
   sockets) for i in $(known_nodes); do ctr_sock "$i"; done ;;
   purge) if [ -d "$STATE" ]; then lock; fi; cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
-  -h|--help|help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' ;;
-  *) log "usage: $0 up|down|status|kubeconfig|env|sockets|purge"; exit 2 ;;
+  footprint) cmd_footprint ;;
+  -h|--help|help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) log "usage: $0 up|down|status|kubeconfig|env|sockets|purge|footprint"; exit 2 ;;
 esac

@@ -7,6 +7,10 @@
 // from the store image and find each other through a Service name, stand-in engines configured
 // the way injection configures them move bytes, and the operator image runs as non-root.
 //
+// TestPlayground runs `make playground`'s steps (hack/playground.sh up) twice in a row, as a
+// newcomer does: the second run upgrades the release and replaces the engine Pod, and both end
+// with an injected engine Pod moving bytes.
+//
 // TestWalkthrough drives the product as a user does, with the real helm and kubectl: the chart
 // installed with its default values, the walkthrough applied as adapted to this machine
 // (test/cluster/walkthrough, which make playground applies too), engines injected through the
@@ -18,5 +22,9 @@
 // Run it as root on a machine that can host the cluster: go test ./test/cluster/ (make test
 // does, with the helm that make tools builds). It uses a running cluster when there is one and
 // leaves it running; otherwise it starts one and takes it down at the end
-// (KVCACHE_CLUSTER_KEEP=1 keeps it). It fails, never skips, when the machine cannot run it.
+// (KVCACHE_CLUSTER_KEEP=1 keeps it). A cluster it starts comes up after a failed up (node 0's
+// containerd made to exit at once through hack/cluster.sh's test-only hook), which must say which
+// process exited and leave the host as it was (`hack/cluster.sh footprint` names what to
+// compare); after the last down the host must be as it was too. It fails, never skips, when the
+// machine cannot run it.
 package cluster

@@ -59,7 +59,17 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "test/cluster: the suite took %s\n", time.Since(suite).Round(100*time.Millisecond))
 	}()
 	started := false
+	var host hostPicture
 	if _, err := script("hack/cluster.sh", "status"); err != nil {
+		picture, err := takeHostPicture()
+		if err != nil {
+			return failf("%v", err)
+		}
+		host = picture
+		// The suite's cluster comes up after a failed up, which must have left nothing behind.
+		if code := failedUp(host); code != 0 {
+			return code
+		}
 		t0 := time.Now()
 		if out, err := script("hack/cluster.sh", "up"); err != nil {
 			return failf("hack/cluster.sh up failed (%v); this machine cannot run the cluster:\n%s", err, out)
@@ -67,7 +77,7 @@ func run(m *testing.M) int {
 		started = true
 		fmt.Fprintf(os.Stderr, "test/cluster: hack/cluster.sh up took %s\n", time.Since(t0).Round(100*time.Millisecond))
 	} else {
-		fmt.Fprintln(os.Stderr, "test/cluster: using the running cluster (left running)")
+		fmt.Fprintln(os.Stderr, "test/cluster: using the running cluster (left running; the failed-up and host checks run only on a cluster the suite starts)")
 	}
 	code := runTests(m)
 	if started && os.Getenv("KVCACHE_CLUSTER_KEEP") == "" {
@@ -78,8 +88,35 @@ func run(m *testing.M) int {
 			code = 1
 		}
 		fmt.Fprintf(os.Stderr, "test/cluster: hack/cluster.sh down took %s\n", time.Since(t0).Round(100*time.Millisecond))
+		if left := host.changes(); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "test/cluster: hack/cluster.sh down left the host changed:\n  %s\n", strings.Join(left, "\n  "))
+			code = 1
+		}
 	}
 	return code
+}
+
+// failedUp runs an up whose node-0 containerd exits at once (hack/cluster.sh's test-only hook):
+// up must fail saying which process exited and how, and take down every process it started
+// (etcd, the API server, both containerds), leaving the host as the picture shows it.
+func failedUp(host hostPicture) int {
+	t0 := time.Now()
+	out, err := scriptEnv([]string{"KVCACHE_CLUSTER_TEST_CONTAINERD_EXITS=1"}, "hack/cluster.sh", "up")
+	if err == nil {
+		downOut, _ := script("hack/cluster.sh", "down")
+		return failf("hack/cluster.sh up succeeded though containerd-0 exited at once:\n%s\n%s", out, downOut)
+	}
+	for _, want := range []string{"containerd-0 exited (pid ", "exit status 1) while waiting for containerd-0",
+		"flag provided but not defined", "up failed: taking down what it started", "cluster: down in "} {
+		if !strings.Contains(out, want) {
+			return failf("hack/cluster.sh up with a containerd that exits at once: no %q in its output:\n%s", want, out)
+		}
+	}
+	if left := host.changes(); len(left) > 0 {
+		return failf("a failed hack/cluster.sh up left the host changed:\n  %s\nits output:\n%s", strings.Join(left, "\n  "), out)
+	}
+	fmt.Fprintf(os.Stderr, "test/cluster: an up whose containerd exited at once failed and left nothing, in %s\n", time.Since(t0).Round(100*time.Millisecond))
+	return 0
 }
 
 // runTests loads the images, connects to the cluster, and runs the tests in a namespace of
@@ -175,10 +212,16 @@ func failf(format string, args ...any) int {
 // script runs one of the repository's scripts and returns its combined output. The bound is
 // generous: on a cold machine `up` builds the cluster binaries and `load` the images.
 func script(name string, args ...string) (string, error) {
+	return scriptEnv(nil, name, args...)
+}
+
+// scriptEnv is script with variables added to the environment.
+func scriptEnv(vars []string, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(env.repo, name), args...)
 	cmd.Dir = env.repo
+	cmd.Env = append(os.Environ(), vars...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
