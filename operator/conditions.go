@@ -12,3 +12,14 @@ import (
 func SetCondition(conds *[]metav1.Condition, generation int64, t string, status metav1.ConditionStatus, reason, msg string) {
 	meta.SetStatusCondition(conds, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation})
 }
+
+// SetConditionOnce is SetCondition for a state whose cause may read differently from poll to
+// poll while nothing changed (an unreachable store: the resolver times out, then refuses the
+// name): while the condition keeps its status and reason, the message first written stays, so
+// a state that lasts costs no status write per poll.
+func SetConditionOnce(conds *[]metav1.Condition, generation int64, t string, status metav1.ConditionStatus, reason, msg string) {
+	if prev := meta.FindStatusCondition(*conds, t); prev != nil && prev.Status == status && prev.Reason == reason {
+		msg = prev.Message
+	}
+	SetCondition(conds, generation, t, status, reason, msg)
+}

@@ -187,7 +187,7 @@ func setStoreStatus(b *kvv1.KVCacheBackend, rd storeReading, pods []corev1.Pod, 
 		b.Status.Capacity, b.Status.Members = nil, nil
 		return nil
 	case rd.healthErr != nil:
-		set(b, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, kvv1.ReasonUnreachable, operator.Describe(rd.healthErr))
+		operator.SetConditionOnce(&b.Status.Conditions, b.Generation, kvv1.ConditionLeaderAvailable, metav1.ConditionFalse, kvv1.ReasonUnreachable, operator.Describe(rd.healthErr))
 		capacityLost(b)
 		set(b, kvv1.ConditionMembersMounted, metav1.ConditionUnknown, kvv1.ReasonLeaderUnavailable, "the leader does not answer")
 		return nil

@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -263,4 +265,17 @@ func TestStoreIsReadSoonerWhileItSettlesAfterAColdCache(t *testing.T) {
 		assert.Equal(t, c.want, nextPoll(c.b, now, every), c.name)
 	}
 	assert.Equal(t, time.Second, nextPoll(cold(time.Second), now, time.Second), "a poll already faster stays")
+}
+
+// An unreachable store is reported once: a cause that changes between polls (the resolver's
+// timeout, then its refusal of the name) rewrites nothing.
+func TestAnUnreachableStoreIsReportedOnce(t *testing.T) {
+	b := managedBackend()
+	ctx := storeContext{systemNamespace: "gpustack-system", now: time.Now()}
+	dns := &net.DNSError{Err: "no such host", Name: "mooncake-dram-leader.gpustack-system.svc", IsNotFound: true}
+	setStoreStatus(b, storeReading{healthErr: dns}, nil, nil, ctx)
+	first := b.DeepCopy()
+	setStoreStatus(b, storeReading{healthErr: context.DeadlineExceeded}, nil, nil, ctx)
+	assert.Equal(t, first.Status, b.Status, "the second poll's other cause writes nothing")
+	assert.Equal(t, "the name mooncake-dram-leader.gpustack-system.svc does not resolve", cond(b, kvv1.ConditionLeaderAvailable).Message)
 }

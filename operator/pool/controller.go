@@ -479,13 +479,13 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", b.DomainName(), s.backend.Name, r.PollInterval))
 				continue
 			case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
-				operator.SetCondition(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerWriteFailed, operator.Describe(err))
+				operator.SetConditionOnce(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerWriteFailed, operator.Describe(err))
 				continue
 			}
 			delete(s.ledger, b.DomainName())
 		} else if s.ledger == nil && !s.noLedger && s.backend != nil {
 			// The ledger cannot be read: wait rather than leave an entry behind.
-			operator.SetCondition(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
+			operator.SetConditionOnce(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
 				fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read, so the entry cannot be released yet; its QuotaLedgerAvailable condition says why", s.pool.Name))
 			continue
 		}

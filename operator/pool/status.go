@@ -101,7 +101,7 @@ func setLedgerAvailable(p *kvv1.KVCachePool, s *state) {
 		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonMultiTenancyDisabled,
 			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: ceilings are not enforced, engines get no tenant and every write lands in the store's default tenant", s.backend.Name))
 	case s.ledger == nil:
-		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
+		operator.SetConditionOnce(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read: %s", s.backend.Name, errString(s.ledgerErr)))
 	case s.ledgerErr != nil:
 		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionTrue, kvv1.ReasonLedgerObserved,
@@ -181,7 +181,7 @@ func (r *Reconciler) setBindingStatus(ctx context.Context, s *state, b *kvv1.KVC
 		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionTrue, kvv1.ReasonUnenforced,
 			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: the ceiling is not enforced and writes land in the default tenant", s.backend.Name))
 	case s.ledger == nil:
-		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, kvv1.ReasonLedgerUnreachable,
+		operator.SetConditionOnce(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionUnknown, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read; its QuotaLedgerAvailable condition says why", s.pool.Name))
 	case !s.holds(b):
 		operator.SetCondition(c, g, kvv1.ConditionQuotaGranted, metav1.ConditionFalse, kvv1.ReasonNoLedgerEntry, "the domain is held by another Binding")
@@ -236,7 +236,7 @@ func setDomainExclusive(s *state, b *kvv1.KVCachePoolBinding) {
 		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionTrue, kvv1.ReasonUnregistered,
 			fmt.Sprintf(claimed+"; the backend keeps no tenant ledger, so its master registers no domain", d, s.backend.Name))
 	case s.ledger == nil:
-		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, kvv1.ReasonLedgerUnreachable,
+		operator.SetConditionOnce(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf(claimed+"; whether its master registered it is unknown until the ledger answers (KVCachePool %s's QuotaLedgerAvailable says why)", d, s.backend.Name, s.pool.Name))
 	case !registered:
 		operator.SetCondition(c, g, kvv1.ConditionDomainExclusive, metav1.ConditionUnknown, kvv1.ReasonNotRegistered,
