@@ -72,7 +72,7 @@ func asJSON(t *testing.T, objs []Object) any {
 func dropHash(v any) {
 	switch t := v.(type) {
 	case map[string]any:
-		for _, h := range []string{vocab.LabelPodSpecHash, vocab.AnnotationTemplateHash, vocab.AnnotationAppliedHash} {
+		for _, h := range []string{vocab.LabelPodSpecHash, vocab.AnnotationTemplateHash, vocab.AnnotationAppliedHash, vocab.AnnotationSpecHash} {
 			delete(t, h)
 		}
 		for _, x := range t {

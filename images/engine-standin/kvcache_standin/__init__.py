@@ -17,4 +17,8 @@ Knobs (environment, so the engine's own command line stays the engine's):
                                  never)
   KVCACHE_STANDIN_START_ATTEMPTS first-round attempts before giving up (default 10, one every 2 s:
                                  the engines fail their start-up the same way)
+  KVCACHE_STANDIN_PROBE_OBJECTS  after the first round, put this many objects once (default 0);
+                                 GET /probe reads them all back and counts kept, missing and
+                                 wrong (another key's bytes) ones
+  KVCACHE_STANDIN_PROBE_BYTES    bytes per probe object (default 65536)
 """

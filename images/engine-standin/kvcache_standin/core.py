@@ -148,13 +148,17 @@ class Health:
             return self._ok, self._last
 
 
-def serve_health(host, port, health):
+def serve_health(host, port, health, probe=None):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            if self.path.split("?", 1)[0] != "/health":
+            path = self.path.split("?", 1)[0]
+            if path == "/probe" and probe is not None:
+                ok, last = True, probe()
+            elif path == "/health":
+                ok, last = health.get()
+            else:
                 self.send_error(404)
                 return
-            ok, last = health.get()
             body = json.dumps(last, sort_keys=True).encode()
             self.send_response(200 if ok else 503)
             self.send_header("Content-Type", "application/json")
@@ -179,6 +183,41 @@ def payload_for(key, size):
     return (seed * (size // len(seed) + 1))[:size]
 
 
+class Probe:
+    """Objects put once and read back on demand (GET /probe), to count what a store keeps
+    through an operation: every read is compared byte for byte with the bytes derived from its
+    key, so another key's bytes count as wrong, not as kept."""
+
+    def __init__(self, store, lock, count, size):
+        self.store, self.lock, self.count, self.size = store, lock, count, size
+        self.written = 0
+
+    def key(self, i):
+        return f"kvcache-probe/{i}"
+
+    def put_all(self):
+        for i in range(self.count):
+            k = self.key(i)
+            with self.lock:
+                if self.store.put(k, payload_for(k, self.size)) == 0:
+                    self.written += 1
+
+    def __call__(self):
+        kept = missing = wrong = 0
+        for i in range(self.count):
+            k = self.key(i)
+            with self.lock:
+                got = self.store.get(k)
+            if not got:
+                missing += 1
+            elif got == payload_for(k, self.size):
+                kept += 1
+            else:
+                wrong += 1
+        return {"probe": True, "objects": self.count, "written": self.written, "kept": kept,
+                "missing": missing, "wrong": wrong}
+
+
 def run(settings, host, port):
     """Connect, then put and read back bytes every period until stopped. Exits non-zero when
     the first round never succeeds, as an engine fails its start-up."""
@@ -187,8 +226,9 @@ def run(settings, host, port):
         size = int(env_number("KVCACHE_STANDIN_PAYLOAD_BYTES", 65536, 1))
         rounds = int(env_number("KVCACHE_STANDIN_ROUNDS", 0, 0))
         attempts = int(env_number("KVCACHE_STANDIN_START_ATTEMPTS", 10, 1))
+        probe_objects = int(env_number("KVCACHE_STANDIN_PROBE_OBJECTS", 0, 0))
+        probe_bytes = int(env_number("KVCACHE_STANDIN_PROBE_BYTES", 65536, 1))
         health = Health()
-        serve_health(host, port, health)
     except ConfigError as e:
         refuse(settings.engine, e)
 
@@ -205,6 +245,12 @@ def run(settings, host, port):
         emit({**base, "ok": False, "stage": "setup", "setup": rc})
         print(f"{settings.engine}: error: store setup returned {rc}", file=sys.stderr, flush=True)
         sys.exit(1)
+    lock = threading.Lock()
+    probe = Probe(store, lock, probe_objects, probe_bytes) if probe_objects else None
+    try:
+        serve_health(host, port, health, probe)
+    except ConfigError as e:
+        refuse(settings.engine, e)
 
     succeeded = 0
     failed_start = 0
@@ -213,8 +259,9 @@ def run(settings, host, port):
         n += 1
         key = f"kvcache-standin/{settings.engine}/{settings.local_hostname}/{os.getpid()}/{n}"
         payload = payload_for(key, size)
-        put = store.put(key, payload)
-        got = store.get(key) if put == 0 else b""
+        with lock:
+            put = store.put(key, payload)
+            got = store.get(key) if put == 0 else b""
         ok = put == 0 and got == payload
         line = {**base, "round": n, "ok": ok, "stage": "put-get", "key": key, "bytes": size,
                 "put": put, "get_bytes": len(got), "get_equal": got == payload}
@@ -222,6 +269,9 @@ def run(settings, host, port):
         health.set(ok, line)
         if ok:
             succeeded += 1
+            if succeeded == 1 and probe is not None:
+                probe.put_all()
+                emit({**base, "stage": "probe-put", "probe_objects": probe.count, "probe_written": probe.written})
             if rounds and succeeded >= rounds:
                 break
         elif succeeded == 0:
