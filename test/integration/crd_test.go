@@ -180,7 +180,7 @@ func TestCRDsCarryNamesCategoryAndColumns(t *testing.T) {
 		plural, short string
 		columns       []string
 	}{
-		{"kvcachebackends", "kvcb", []string{"Type", "Phase", "Endpoint", "Capacity", "Age"}},
+		{"kvcachebackends", "kvcb", []string{"Type", "Phase", "Endpoint", "Capacity", "Age", "Update-Pending"}},
 		{"kvcachepools", "kvcp", []string{"Quota", "Usage", "Phase", "Endpoint", "Age"}},
 		{"kvcachepoolbindings", "kvcpb", []string{"Pool", "Domain", "Effective", "Usage", "Phase", "Age"}},
 		{"modeldeployments", "md", []string{"Engine", "Roles", "Phase", "Age"}},
