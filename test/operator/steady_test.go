@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"encoding/json"
 	"context"
 	"fmt"
 	"sync"
@@ -132,7 +133,14 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	}
 	assert.Empty(t, counting.Writes(), "API writes in steady state; events: %v", drain(rec))
 	// Nor did anything else change them (the manager reconciles them too): no resourceVersion moved.
+	was := get(t, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "steady"}})
 	time.Sleep(time.Second)
+	if now := get(t, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "steady"}}); now.ResourceVersion != was.ResourceVersion {
+		// Say what the write changed, for the failure below.
+		x, _ := json.Marshal(was.Status)
+		y, _ := json.Marshal(now.Status)
+		t.Logf("the backend was written meanwhile:\nstatus before %s\nstatus after  %s", x, y)
+	}
 	assert.Equal(t, before, resourceVersions(t, "steady"), "the backend's and its children's resourceVersions")
 	assert.Equal(t, cr, statusVersions(t, pool("steady-pool", "steady", "8Gi"), binding("team-a", "steady", "steady-pool", "team-a-steady", "4Gi")), "the pool's and the Binding's")
 	for _, req := range fake.Requests() {
