@@ -1,8 +1,8 @@
 package operator_test
 
 import (
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
