@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -34,8 +35,8 @@ type StoreInput struct {
 	// Tenants seed the master's ledger (multi-tenancy only).
 	Tenants []Tenant
 	// OperatorImage is the operator's own image: an electing leader Pod copies the launcher
-	// (`kvcache elect`) out of it into the stock store image. "" means values' default, the
-	// chart's.
+	// (`kvcache elect`) out of it into the stock store image, and every member Pod its preStop
+	// drain (`kvcache drain-member`). "" means values' default, the chart's.
 	OperatorImage string
 }
 
@@ -102,6 +103,13 @@ type memberValues struct {
 	Env           []corev1.EnvVar
 	MemoryRequest string // "" renders no request
 	Fabric        *fabricValues
+	// LauncherImage is the operator's image the kvcache binary is copied from, into LauncherDir
+	// (at LauncherPath), as an electing leader's launcher is: the preStop hook runs it.
+	LauncherImage, LauncherDir, LauncherPath string
+	// PreStop is the hook's command: the member's self-drain, bounded by the group's drainTimeout.
+	PreStop []string
+	// TerminationGracePeriodSeconds covers the drain and the member's own exit after it.
+	TerminationGracePeriodSeconds int64
 }
 
 // fabricValues are the grants a member needs to reach an RDMA or EFA device.
@@ -199,9 +207,13 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	// Members reach the master through the leader Service, whichever Pod serves it: a member
 	// re-registers by itself when a new master answers at the same address. (Lease addressing
 	// names k8s://, which no published member reads; admission refuses it.)
-	master := ClientEndpoint(b.Name, ns, d)
+	master, admin := ClientEndpoint(b.Name, ns, d), AdminEndpoint(b.Name, ns, d)
+	launcherImage := in.OperatorImage
+	if launcherImage == "" {
+		launcherImage = d.OperatorImage
+	}
 	for i, g := range m.Members {
-		mv, err := memberValuesFor(b, i, g, master, in.BackendImageSetting, d)
+		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage}, in.BackendImageSetting, d)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +249,13 @@ func allocationFlag(s kvv1.AllocationStrategy) string {
 	return "free_ratio_first"
 }
 
-func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, setting string, d values.Defaults) (memberValues, error) {
+// memberEndpoints are what a member group's Pods reach: the master's RPC (the member itself)
+// and admin (its preStop drain) addresses, and the operator's image the drain is copied from.
+type memberEndpoints struct {
+	master, admin, launcherImage string
+}
+
+func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e memberEndpoints, setting string, d values.Defaults) (memberValues, error) {
 	mv := memberValues{
 		Index:        i,
 		Name:         MemberName(b.Name, i),
@@ -252,7 +270,7 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 	protocol := b.EffectiveProtocol(i).StoreSpelling()
 	mv.Args = append([]string{fmt.Sprintf("--port=%d", mv.RestPort)}, g.ExtraArgs...)
 	mv.Env = []corev1.EnvVar{
-		{Name: vocab.MasterEnv, Value: master},
+		{Name: vocab.MasterEnv, Value: e.master},
 		{Name: vocab.MetadataServerEnv, Value: vocab.MetadataServer},
 		{Name: vocab.ProtocolEnv, Value: protocol},
 		fieldEnv(vocab.LocalHostnameEnv, "status.podIP"),
@@ -266,8 +284,22 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, master, 
 	}
 	mv.Env = append(mv.Env,
 		corev1.EnvVar{Name: vocab.LocalBufferSizeEnv, Value: strconv.FormatInt(buffer.Value(), 10)},
-		corev1.EnvVar{Name: vocab.MetricEnv, Value: "1"})
+		corev1.EnvVar{Name: vocab.MetricEnv, Value: "1"},
+		corev1.EnvVar{Name: vocab.DrainAdminEnv, Value: e.admin},
+		fieldEnv(vocab.DrainPodIPEnv, "status.podIP"))
 	mv.Env = append(mv.Env, g.ExtraEnv...)
+
+	// A member loses every object it holds the moment it stops, so before the kubelet signals it,
+	// its preStop hook has the master move them to the other members (kvcache drain-member,
+	// copied in from the operator's image beside the stock member). The hook gives up at the
+	// group's drainTimeout and the Pod's grace period outlasts it by a margin.
+	timeout := g.DrainTimeoutOrDefault()
+	mv.LauncherImage, mv.LauncherDir, mv.LauncherPath = e.launcherImage, vocab.LauncherDir, vocab.LauncherDir+"/kvcache"
+	mv.PreStop = []string{mv.LauncherPath, vocab.DrainMemberCommand,
+		fmt.Sprintf("--deadline=%ds", int64((timeout+time.Second-1)/time.Second)),
+		// The kubelet discards a successful hook's output: the lines go to the member's log.
+		"--log-file=/proc/1/fd/1"}
+	mv.TerminationGracePeriodSeconds = int64((timeout + kvv1.DrainGraceMargin + time.Second - 1) / time.Second)
 
 	// DRAM members hold their segment in the Pod's own memory, so the request claims it; a VRAM
 	// segment lives on the device and only the staging buffer is host memory. No limit: the

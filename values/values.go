@@ -55,7 +55,8 @@ type HostMount struct {
 // Defaults is the parsed defaults.yaml.
 type Defaults struct {
 	// OperatorImage is the operator's own image as the chart installs it by default: the image
-	// electing leader Pods copy the launcher from when the manager is not told its own.
+	// electing leader Pods copy the launcher from, and member Pods their drain, when the manager
+	// is not told its own.
 	OperatorImage   string          `json:"operatorImage"`
 	Store           Store           `json:"store"`
 	ModelDeployment ModelDeployment `json:"modelDeployment"`

@@ -114,6 +114,16 @@ const (
 	// The launcher's identity: the Lease holder names the Pod.
 	LauncherPodNameEnv      = "POD_NAME"
 	LauncherPodNamespaceEnv = "POD_NAMESPACE"
+
+	// DrainMemberCommand is the kvcache subcommand a member Pod's preStop hook runs (copied into
+	// LauncherDir like the leader's launcher): it drains the member's objects to the others
+	// through the master before the member stops.
+	DrainMemberCommand = "drain-member"
+	// DrainAdminEnv is the master's admin address (host:port or URL) the drain talks to, and
+	// DrainPodIPEnv the member Pod's IP (the downward API's status.podIP), the host part of the
+	// segment names its member registered.
+	DrainAdminEnv = "KVCACHE_MASTER_ADMIN"
+	DrainPodIPEnv = "KVCACHE_POD_IP"
 )
 
 // Names is the vocabulary as the templates read it (.Names.X): every name a template writes

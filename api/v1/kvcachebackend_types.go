@@ -310,6 +310,15 @@ type MemberGroup struct {
 	// +optional
 	// +listType=atomic
 	ExtraEnv []corev1.EnvVar `json:"extraEnv,omitempty"`
+
+	// DrainTimeout is how long a member Pod that is stopping may spend moving its objects to
+	// the other members (its preStop hook drains it through the master) before the member stops;
+	// what has not moved by then is lost. Its terminationGracePeriodSeconds is this plus 20s. The
+	// master moves about 8 objects a second per member, whatever their size.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('1h')",message="drainTimeout must be between 10s and 1h"
+	// +optional
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 }
 
 // ExternalConnection points at a store the operator does not run.

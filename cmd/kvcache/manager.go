@@ -71,7 +71,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.CertDir, "cert-dir", "", "directory holding tls.crt and tls.key for the webhook server (reloaded when they change); default: the system temp dir's k8s-webhook-server/serving-certs")
 	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to (\"0\" disables it)")
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address /healthz and /readyz bind to")
-	f.StringVar(&o.OperatorImage, "operator-image", defaultOperatorImage(), "the manager's own image: electing leader Pods copy the store launcher (kvcache elect) out of it (the chart sets it)")
+	f.StringVar(&o.OperatorImage, "operator-image", defaultOperatorImage(), "the manager's own image: electing leader Pods copy the store launcher (kvcache elect) out of it, member Pods their preStop drain (kvcache drain-member) (the chart sets it)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one replica to run the controllers (webhooks serve on every replica)")
 	f.DurationVar(&o.CacheInUseWindow, "cache-in-use-window", operator.DefaultCacheInUseWindow, "how long Pods that use a Binding may be Ready with no write under its tenant before its CacheInUse condition (and a ModelDeployment's CacheAttached) turns False; also how long EvictingOwnObjects stays True after the last eviction")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs")

@@ -39,7 +39,7 @@ The output is what the operator applies: both call the same renderer.`,
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifest file to render (repeatable; - reads stdin)")
 	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace the managed store runs in")
-	cmd.Flags().StringVar(&o.operatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from (the manager's --operator-image; default: the chart's)")
+	cmd.Flags().StringVar(&o.operatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from and member Pods their preStop drain (the manager's --operator-image; default: the chart's)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	return cmd
 }

@@ -67,7 +67,8 @@ type Options struct {
 	// LeaderElect elects one replica to run the controllers; webhooks serve on every replica.
 	LeaderElect bool
 	// OperatorImage is the manager's own image, which electing leader Pods copy the store
-	// launcher from; "" renders values' default (the chart's).
+	// launcher from, and member Pods their preStop drain; "" renders values' default (the
+	// chart's).
 	OperatorImage string
 	// DisableControllers serves the webhooks alone (webhook test suites; a webhook-only
 	// deployment). DisableWebhooks runs the controllers alone (controller test suites).

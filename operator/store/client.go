@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -34,12 +35,22 @@ const (
 	pathMetrics        = "/metrics"
 	pathSegmentsDetail = "/get_segments_detail"
 	pathTenantQuotas   = "/api/v1/tenant_quotas"
+	pathRemoveAll      = "/api/v1/remove_all"
+	pathSegmentStatus  = "/api/v1/segments/status"
+	pathDrainJobs      = "/api/v1/drain_jobs"
+	pathDrainQuery     = "/api/v1/drain_jobs/query"
+	pathDrainCancel    = "/api/v1/drain_jobs/cancel"
 )
 
 // Metric names read from /metrics.
 const (
 	metricTotalCapacity   = "master_total_capacity_bytes"
 	metricAllocated       = "master_allocated_bytes"
+	metricKeyCount        = "master_key_count"
+	metricEvictedKeys     = "master_evicted_key_count"
+	metricSegAllocated    = "segment_allocated_bytes"
+	metricSegCapacity     = "segment_total_capacity_bytes"
+	labelSegment          = "segment"
 	metricTenantRequested = "mooncake_tenant_quota_requested_bytes"
 	metricTenantEffective = "mooncake_tenant_quota_effective_bytes"
 	metricTenantCharged   = "mooncake_tenant_quota_charged_bytes"
@@ -269,9 +280,27 @@ func ParseMetrics(text []byte) (Metrics, error) {
 	if err != nil {
 		return Metrics{}, fmt.Errorf("parsing the exposition: %w", err)
 	}
-	m := Metrics{Tenants: map[string]TenantMetrics{}}
+	m := Metrics{Tenants: map[string]TenantMetrics{}, Segments: map[string]SegmentMetrics{}}
 	m.TotalCapacityBytes = unlabelled(families[metricTotalCapacity])
 	m.AllocatedBytes = unlabelled(families[metricAllocated])
+	m.KeyCount = unlabelled(families[metricKeyCount])
+	m.EvictedKeys = unlabelled(families[metricEvictedKeys])
+	perSegment := func(name string, set func(*SegmentMetrics, int64)) {
+		mf := families[name]
+		for _, metric := range mf.GetMetric() {
+			seg, ok := labelValue(metric, labelSegment)
+			if !ok {
+				continue
+			}
+			if v, ok := sampleValue(mf.GetType(), metric); ok {
+				sm := m.Segments[seg]
+				set(&sm, toBytes(v))
+				m.Segments[seg] = sm
+			}
+		}
+	}
+	perSegment(metricSegAllocated, func(s *SegmentMetrics, v int64) { s.AllocatedBytes = v })
+	perSegment(metricSegCapacity, func(s *SegmentMetrics, v int64) { s.CapacityBytes = v })
 
 	// perTenant hands each sample of a family to set; the samples of one tenant under several
 	// other labels (reject_total has a reason) are each handed over.
@@ -411,44 +440,63 @@ type envelope struct {
 // failure envelope is an *Error with its code; a non-2xx response without an envelope (the
 // plain "404 Not Found") is an *Error with Code 0.
 func (c *Client) callEnvelope(ctx context.Context, method, pathQuery string, body []byte) (json.RawMessage, error) {
+	var env struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := c.callJSON(ctx, "tenant API", method, pathQuery, body, &env); err != nil {
+		return nil, err
+	}
+	return env.Data, nil
+}
+
+// callJSON performs an admin API call whose answer carries "success" (the tenant API's
+// envelope, or the drain and remove_all answers, whose fields sit beside it) and decodes a
+// success into out. Failures are reported as callEnvelope's; api names the API in the error of
+// a 2xx that is not such an answer.
+func (c *Client) callJSON(ctx context.Context, api, method, pathQuery string, body []byte, out any) error {
 	op := method + " " + pathQuery
 	r, err := c.do(ctx, method, op, pathQuery, body)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var env envelope
 	if err := json.Unmarshal(r.body, &env); err != nil || env.Success == nil {
 		if !ok2xx(r.status) {
-			return nil, statusError(op, r)
+			return statusError(op, r)
 		}
 		if err == nil {
 			err = errors.New(`no "success" field`)
 		}
-		return nil, fmt.Errorf("%s: HTTP %d: not a tenant API envelope: %w", op, r.status, err)
+		return fmt.Errorf("%s: HTTP %d: not a %s envelope: %w", op, r.status, api, err)
 	}
 	if !*env.Success {
 		msg := env.ErrorMessage
 		if msg == "" {
 			msg = http.StatusText(r.status)
 		}
-		return nil, &Error{Op: op, HTTPStatus: r.status, Code: env.ErrorCode, Message: msg}
+		return &Error{Op: op, HTTPStatus: r.status, Code: env.ErrorCode, Message: msg}
 	}
 	if !ok2xx(r.status) {
-		return nil, &Error{Op: op, HTTPStatus: r.status, Message: "success envelope with a failure status"}
+		return &Error{Op: op, HTTPStatus: r.status, Message: "success envelope with a failure status"}
 	}
-	return env.Data, nil
+	if err := json.Unmarshal(r.body, out); err != nil {
+		return fmt.Errorf("%s: decoding the body: %w", op, err)
+	}
+	return nil
 }
 
-// tenantQuery is "?tenant_id=<id>" with every byte outside RFC 3986's unreserved set
+// tenantQuery is "?tenant_id=<id>" (see query).
+func tenantQuery(id string) string { return query("tenant_id", id) }
+
+// query is "?<key>=<value>" with every byte of value outside RFC 3986's unreserved set
 // percent-encoded (a space is %20, never '+', whatever the server's decoder thinks of '+').
-func tenantQuery(id string) string {
+func query(key, value string) string {
 	const hex = "0123456789ABCDEF"
 	var b strings.Builder
-	b.WriteString("?tenant_id=")
-	for i := 0; i < len(id); i++ {
-		ch := id[i]
-		if 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' ||
-			ch == '-' || ch == '.' || ch == '_' || ch == '~' {
+	b.WriteString("?" + key + "=")
+	for i := 0; i < len(value); i++ {
+		ch := value[i]
+		if unreserved(ch) {
 			b.WriteByte(ch)
 			continue
 		}
@@ -457,6 +505,11 @@ func tenantQuery(id string) string {
 		b.WriteByte(hex[ch&0xF])
 	}
 	return b.String()
+}
+
+func unreserved(ch byte) bool {
+	return 'a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' ||
+		ch == '-' || ch == '.' || ch == '_' || ch == '~'
 }
 
 // Tenants implements Admin: GET /api/v1/tenant_quotas (sorted by tenant_id by the master).
@@ -502,4 +555,94 @@ func (c *Client) PutTenant(ctx context.Context, id string, requestedBytes int64)
 func (c *Client) DeleteTenant(ctx context.Context, id string) error {
 	_, err := c.callEnvelope(ctx, http.MethodDelete, pathTenantQuotas+tenantQuery(id), nil)
 	return err
+}
+
+// RemoveTenantObjects implements Admin: POST /api/v1/remove_all?tenant_id=<id>, never with
+// force: a forced removal frees objects that a read in flight is still copying, and that reader
+// then gets another key's bytes (measured). The master reads tenant_id without percent-decoding
+// it, so an id that needs encoding would match no tenant and remove nothing while reporting
+// success; and with no tenant_id at all it removes every tenant's objects. Both are refused here.
+func (c *Client) RemoveTenantObjects(ctx context.Context, tenant string) (int64, error) {
+	op := http.MethodPost + " " + pathRemoveAll
+	if tenant == "" {
+		return 0, fmt.Errorf("%s: empty tenant id: %w (without one the master removes every tenant's objects); name the tenant", op, ErrTenantNotAddressable)
+	}
+	for i := 0; i < len(tenant); i++ {
+		if !unreserved(tenant[i]) {
+			return 0, fmt.Errorf("%s: tenant id %q: %w: the master matches tenant_id without percent-decoding it, so only ids of letters, digits, '-', '.', '_' and '~' can be targeted (a Binding's domain, a DNS-1123 label, always can)", op, tenant, ErrTenantNotAddressable)
+		}
+	}
+	var out struct {
+		RemovedCount *int64 `json:"removed_count"`
+	}
+	pq := pathRemoveAll + tenantQuery(tenant)
+	if err := c.callJSON(ctx, "remove_all", http.MethodPost, pq, nil, &out); err != nil {
+		return 0, err
+	}
+	if out.RemovedCount == nil {
+		return 0, fmt.Errorf("%s %s: success without removed_count", http.MethodPost, pq)
+	}
+	return *out.RemovedCount, nil
+}
+
+// SegmentStatus implements Admin: GET /api/v1/segments/status?segment=<name>.
+func (c *Client) SegmentStatus(ctx context.Context, segment string) (string, error) {
+	var out struct {
+		StatusName string `json:"status_name"`
+	}
+	pq := pathSegmentStatus + query("segment", segment)
+	if err := c.callJSON(ctx, "segment status", http.MethodGet, pq, nil, &out); err != nil {
+		return "", err
+	}
+	if out.StatusName == "" {
+		return "", fmt.Errorf("%s %s: success without status_name", http.MethodGet, pq)
+	}
+	return out.StatusName, nil
+}
+
+// CreateDrain implements Admin: POST /api/v1/drain_jobs with {"segments", "target_segments",
+// "max_concurrency"}. The job returned carries its id, status CREATED and segments.
+func (c *Client) CreateDrain(ctx context.Context, segments, targets []string, maxConcurrency int) (DrainJob, error) {
+	req := struct {
+		Segments       []string `json:"segments"`
+		TargetSegments []string `json:"target_segments,omitempty"`
+		MaxConcurrency int      `json:"max_concurrency,omitempty"`
+	}{segments, targets, maxConcurrency}
+	if req.Segments == nil {
+		req.Segments = []string{} // the master's answer to no segment, not a decoding error
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return DrainJob{}, fmt.Errorf("%s %s: %w", http.MethodPost, pathDrainJobs, err)
+	}
+	var out struct {
+		JobID  string `json:"job_id"`
+		Status string `json:"status"`
+	}
+	if err := c.callJSON(ctx, "drain API", http.MethodPost, pathDrainJobs, body, &out); err != nil {
+		return DrainJob{}, err
+	}
+	if out.JobID == "" {
+		return DrainJob{}, fmt.Errorf("%s %s: success without job_id", http.MethodPost, pathDrainJobs)
+	}
+	return DrainJob{ID: out.JobID, Status: out.Status, Segments: slices.Clone(segments)}, nil
+}
+
+// Drain implements Admin: GET /api/v1/drain_jobs/query?job_id=<id>.
+func (c *Client) Drain(ctx context.Context, jobID string) (DrainJob, error) {
+	pq := pathDrainQuery + query("job_id", jobID)
+	var j DrainJob
+	if err := c.callJSON(ctx, "drain API", http.MethodGet, pq, nil, &j); err != nil {
+		return DrainJob{}, err
+	}
+	if j.ID == "" || j.Status == "" {
+		return DrainJob{}, fmt.Errorf("%s %s: success without job_id or status_name", http.MethodGet, pq)
+	}
+	return j, nil
+}
+
+// CancelDrain implements Admin: POST /api/v1/drain_jobs/cancel?job_id=<id>.
+func (c *Client) CancelDrain(ctx context.Context, jobID string) error {
+	var out struct{}
+	return c.callJSON(ctx, "drain API", http.MethodPost, pathDrainCancel+query("job_id", jobID), nil, &out)
 }

@@ -58,7 +58,7 @@ func TestClientAgainstFake(t *testing.T) {
 	// Nothing mounted: no capacity, effective 0 (hack/MOONCAKE_NOTES.md §3).
 	m, err := c.Metrics(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, Metrics{Tenants: map[string]TenantMetrics{"team-a": {RequestedBytes: gib}}}, m)
+	assert.Equal(t, Metrics{Tenants: map[string]TenantMetrics{"team-a": {RequestedBytes: gib}}, Segments: map[string]SegmentMetrics{}}, m)
 	segs, err := c.Segments(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, segs)
@@ -316,6 +316,14 @@ func TestRedirectNotFollowed(t *testing.T) {
 				"Tenants":      func() error { _, err := c.Tenants(ctx); return err },
 				"PutTenant":    func() error { _, err := c.PutTenant(ctx, "a", 1); return err },
 				"DeleteTenant": func() error { return c.DeleteTenant(ctx, "a") },
+				"RemoveTenantObjects": func() error {
+					_, err := c.RemoveTenantObjects(ctx, "a")
+					return err
+				},
+				"SegmentStatus": func() error { _, err := c.SegmentStatus(ctx, "s"); return err },
+				"CreateDrain":   func() error { _, err := c.CreateDrain(ctx, []string{"s"}, nil, 4); return err },
+				"Drain":         func() error { _, err := c.Drain(ctx, "1-2"); return err },
+				"CancelDrain":   func() error { return c.CancelDrain(ctx, "1-2") },
 			}
 			for name, call := range calls {
 				err := call()
@@ -543,6 +551,8 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, Metrics{
 			TotalCapacityBytes: 268435456,
 			AllocatedBytes:     15,
+			KeyCount:           1,
+			Segments:           map[string]SegmentMetrics{"127.0.0.1:14297": {AllocatedBytes: 15, CapacityBytes: 268435456}},
 			Tenants: map[string]TenantMetrics{
 				"team-a":   {RequestedBytes: 67108864, EffectiveBytes: 67108864, ChargedBytes: 15},
 				`team "b"`: {RequestedBytes: 9223372036854775807, EffectiveBytes: 201326592},
@@ -559,6 +569,8 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, Metrics{
 			TotalCapacityBytes: 268435456,
 			AllocatedBytes:     11,
+			KeyCount:           1,
+			Segments:           map[string]SegmentMetrics{"127.0.0.1:14165": {AllocatedBytes: 11, CapacityBytes: 268435456}},
 			Tenants:            map[string]TenantMetrics{"team-a": {RequestedBytes: 1073741824, EffectiveBytes: 268435456, ChargedBytes: 11}},
 			// put_start, put_end, mount_segment, remount_segment, ping and fetch_tasks requests,
 			// 1 each; every other counter of the capture is 0.
@@ -582,12 +594,12 @@ mooncake_tenant_quota_charged_bytes{tenant_id="team-b"} 1048576
 	t.Run("bare master without multi-tenancy", func(t *testing.T) {
 		m, err := ParseMetrics([]byte("# HELP master_total_capacity_bytes x\n# TYPE master_total_capacity_bytes gauge\nmaster_total_capacity_bytes 0\n"))
 		require.NoError(t, err)
-		assert.Equal(t, Metrics{Tenants: map[string]TenantMetrics{}}, m)
+		assert.Equal(t, Metrics{Tenants: map[string]TenantMetrics{}, Segments: map[string]SegmentMetrics{}}, m)
 	})
 	t.Run("empty", func(t *testing.T) {
 		m, err := ParseMetrics(nil)
 		require.NoError(t, err)
-		assert.Equal(t, Metrics{Tenants: map[string]TenantMetrics{}}, m)
+		assert.Equal(t, Metrics{Tenants: map[string]TenantMetrics{}, Segments: map[string]SegmentMetrics{}}, m)
 	})
 	t.Run("untyped samples count too", func(t *testing.T) {
 		m, err := ParseMetrics([]byte("master_total_capacity_bytes 1024\nmaster_allocated_bytes 3.0\n"))

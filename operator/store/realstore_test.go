@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,4 +242,218 @@ func TestRealStore(t *testing.T) {
 	assert.Empty(t, segs)
 
 	t.Logf("real store checks took %s (before process cleanup)", time.Since(start).Round(time.Millisecond))
+}
+
+// waitDrain polls a drain job every 200 ms until it ends, recording every status it passes
+// through, and fails the test after d.
+func waitDrain(t *testing.T, c *Client, id string, d time.Duration, watch []*mooncaketest.Proc) (DrainJob, []string) {
+	t.Helper()
+	var seen []string
+	var j DrainJob
+	mooncaketest.Poll(t, d, "drain job "+id+" to end", watch, func() error {
+		var err error
+		if j, err = c.Drain(t.Context(), id); err != nil {
+			return err
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != j.Status {
+			seen = append(seen, j.Status)
+		}
+		if !j.Done() {
+			time.Sleep(150 * time.Millisecond)
+			return fmt.Errorf("%s: %+v", j.Status, j)
+		}
+		return nil
+	})
+	return j, seen
+}
+
+func segmentByName(t *testing.T, c *Client, name string) Segment {
+	t.Helper()
+	segs, err := c.Segments(t.Context())
+	require.NoError(t, err)
+	for _, s := range segs {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("segment %s not listed: %+v", name, segs)
+	return Segment{}
+}
+
+// A drain of one of two members moves every object it holds: the statuses pass through
+// DRAINING to DRAINED, the job's figures match what the segment held, no object is counted
+// twice or lost, and once the drained member is stopped (SIGTERM, as the kubelet stops it) every
+// object reads back byte for byte from the other.
+func TestRealDrain(t *testing.T) {
+	bin := mooncaketest.Bin(t, "python")
+	m := mooncaketest.StartMaster(t, bin, mooncaketest.MasterOptions{Tenants: []string{"team-a"}})
+	c := New(m.Admin, WithTimeout(2*time.Second))
+	memberA, segA := mooncaketest.StartMember(t, bin, m, "member A", "127.0.0.2", 128<<20)
+	_, segB := mooncaketest.StartMember(t, bin, m, "member B", "127.0.0.3", 128<<20)
+	watch := []*mooncaketest.Proc{m.Proc, memberA}
+
+	const n, size = 80, 1 << 20
+	keys := mooncaketest.Keys("drain", n)
+	client := mooncaketest.StartClient(t, bin, m, "team-a")
+	client.Put(t, keys, size) // no read yet: a read would lease the objects and block their move
+
+	before, err := c.Metrics(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, int64(n), before.KeyCount)
+	usedA := segmentByName(t, c, segA).UsedBytes // reads 0 once DRAINING: read it first
+	require.Positive(t, usedA, "free_ratio_first spreads the puts over both members")
+	require.Less(t, usedA, int64(n*size), "free_ratio_first spreads the puts over both members")
+
+	start := time.Now()
+	job, err := c.CreateDrain(t.Context(), []string{segA}, []string{segB}, 8)
+	require.NoError(t, err)
+	assert.Equal(t, DrainCreated, job.Status)
+	st, err := c.SegmentStatus(t.Context(), segA)
+	require.NoError(t, err)
+	assert.Equal(t, SegmentDraining, st, "DRAINING from the moment of the POST")
+	_, err = c.CreateDrain(t.Context(), []string{segA}, nil, 8)
+	assert.True(t, HasCode(err, CodeUnavailableInStatus), "a second drain of a draining segment: %v", err)
+	mooncaketest.Poll(t, 10*time.Second, "the drain running with active units", watch, func() error {
+		j, err := c.Drain(t.Context(), job.ID)
+		if err == nil && (j.Status != DrainRunning || j.ActiveUnits == 0) {
+			err = fmt.Errorf("%+v", j)
+		}
+		return err
+	})
+	err = c.CancelDrain(t.Context(), job.ID)
+	assert.True(t, HasCode(err, CodeUnavailableInStatus), "a running drain has active units and cannot be cancelled: %v", err)
+
+	end, seen := waitDrain(t, c, job.ID, 2*time.Minute, watch)
+	took := time.Since(start)
+	require.Equal(t, DrainSucceeded, end.Status, "%+v", end)
+	assert.Contains(t, seen, DrainRunning)
+	assert.Zero(t, end.FailedUnits)
+	assert.Equal(t, usedA, end.MigratedBytes, "every byte the segment held moved")
+	assert.Equal(t, usedA/size, end.SucceededUnits)
+	assert.Equal(t, "Drain job finished successfully", end.Message)
+	st, err = c.SegmentStatus(t.Context(), segA)
+	require.NoError(t, err)
+	assert.Equal(t, SegmentDrained, st)
+	assert.Equal(t, SegmentDrained, segmentByName(t, c, segA).Status)
+	after, err := c.Metrics(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(n), after.KeyCount, "a drain neither adds nor loses objects")
+	t.Logf("drain of %d objects of %d bytes (%d bytes) at max_concurrency 8: %s, %.1f objects/s",
+		end.SucceededUnits, size, end.MigratedBytes, took.Round(time.Millisecond), float64(end.SucceededUnits)/took.Seconds())
+
+	// The kubelet's SIGTERM: the drained member unmounts at once and takes nothing with it.
+	memberA.Signal(syscall.SIGTERM)
+	memberA.Wait(t, 20*time.Second)
+	mooncaketest.Poll(t, 10*time.Second, "member A's segment gone", []*mooncaketest.Proc{m.Proc}, func() error {
+		segs, err := c.Segments(t.Context())
+		if err != nil {
+			return err
+		}
+		if len(segs) != 1 || segs[0].Name != segB {
+			return fmt.Errorf("segments %+v", segs)
+		}
+		return nil
+	})
+	r := client.Get(t, keys, size)
+	assert.Len(t, r.OK, n, "every object reads back byte for byte; missing %v, wrong %v", r.Missing, r.Wrong)
+	final, err := c.Metrics(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(n), final.KeyCount)
+}
+
+// A drain whose target lacks room ends FAILED: what fit moved, the rest stayed on the source,
+// which is OK again, and no object was lost.
+func TestRealDrainNoRoom(t *testing.T) {
+	bin := mooncaketest.Bin(t, "python")
+	m := mooncaketest.StartMaster(t, bin, mooncaketest.MasterOptions{Tenants: []string{"team-a"}})
+	c := New(m.Admin, WithTimeout(2*time.Second))
+	memberA, segA := mooncaketest.StartMember(t, bin, m, "member A", "127.0.0.2", 64<<20)
+	watch := []*mooncaketest.Proc{m.Proc, memberA}
+
+	// Every object on A (B is not there yet): 12 of 4 MiB = 48 MiB, and B holds 32 MiB.
+	const n, size = 12, 4 << 20
+	keys := mooncaketest.Keys("full", n)
+	client := mooncaketest.StartClient(t, bin, m, "team-a")
+	client.Put(t, keys, size)
+	_, segB := mooncaketest.StartMember(t, bin, m, "member B", "127.0.0.3", 32<<20)
+	require.Equal(t, int64(n*size), segmentByName(t, c, segA).UsedBytes)
+
+	start := time.Now()
+	job, err := c.CreateDrain(t.Context(), []string{segA}, []string{segB}, 8)
+	require.NoError(t, err)
+	end, seen := waitDrain(t, c, job.ID, 4*time.Minute, watch)
+	t.Logf("drain to a target without room: %s after %s, %+v", end.Status, time.Since(start).Round(time.Millisecond), end)
+	require.Equal(t, DrainFailed, end.Status, "%+v (statuses %v)", end, seen)
+	assert.Equal(t, "Drain job failed: unrecoverable units remain", end.Message)
+	assert.Positive(t, end.SucceededUnits, "what fit moved")
+	assert.Less(t, end.SucceededUnits, int64(n))
+	assert.Equal(t, end.SucceededUnits*size, end.MigratedBytes)
+	assert.Positive(t, end.FailedUnits)
+	st, err := c.SegmentStatus(t.Context(), segA)
+	require.NoError(t, err)
+	assert.Equal(t, SegmentOK, st, "a failed drain gives the segment back")
+
+	mt, err := c.Metrics(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(n), mt.KeyCount)
+	r := client.Get(t, keys, size)
+	assert.Len(t, r.OK, n, "nothing lost; missing %v, wrong %v", r.Missing, r.Wrong)
+}
+
+// remove_all of one tenant removes only its unleased objects and reports how many; its objects
+// read within the lease stay until the lease expires, and DeleteTenant succeeds once none is
+// left. The other tenant's objects all read back byte for byte.
+func TestRealRemoveTenantObjects(t *testing.T) {
+	bin := mooncaketest.Bin(t, "python")
+	m := mooncaketest.StartMaster(t, bin, mooncaketest.MasterOptions{
+		Tenants: []string{"team-a", "team-b"},
+		Args:    []string{"-default_kv_lease_ttl=2000"}, // 2 s, so the leased objects go soon
+	})
+	c := New(m.Admin, WithTimeout(2*time.Second))
+	member, _ := mooncaketest.StartMember(t, bin, m, "member", "127.0.0.2", 128<<20)
+	watch := []*mooncaketest.Proc{m.Proc, member}
+
+	const n, size = 40, 64 << 10
+	a := mooncaketest.StartClient(t, bin, m, "team-a")
+	b := mooncaketest.StartClient(t, bin, m, "team-b")
+	keysA, keysB := mooncaketest.Keys("a", n), mooncaketest.Keys("b", n)
+	a.Put(t, keysA, size)
+	b.Put(t, keysB, size)
+	require.Len(t, a.Get(t, keysA[:10], size).OK, 10, "the 10 read are leased from now on")
+
+	removed, err := c.RemoveTenantObjects(t.Context(), "team-a")
+	require.NoError(t, err)
+	assert.Equal(t, int64(n-10), removed, "the unleased objects")
+	mt, err := c.Metrics(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(n+10), mt.KeyCount)
+	assert.Equal(t, int64(10*size), mt.Tenants["team-a"].ChargedBytes)
+	assert.Equal(t, int64(n*size), mt.Tenants["team-b"].ChargedBytes)
+	err = c.DeleteTenant(t.Context(), "team-a")
+	assert.True(t, HasCode(err, CodeTenantNotEmpty), "leased objects remain: %v", err)
+
+	start := time.Now()
+	total := removed
+	mooncaketest.Poll(t, 15*time.Second, "team-a's leased objects removed", watch, func() error {
+		more, err := c.RemoveTenantObjects(t.Context(), "team-a")
+		if err != nil {
+			return err
+		}
+		total += more
+		if total < n {
+			time.Sleep(200 * time.Millisecond)
+			return fmt.Errorf("removed %d of %d", total, n)
+		}
+		return nil
+	})
+	t.Logf("the 10 leased objects went %s after the first remove_all (lease TTL 2 s)", time.Since(start).Round(time.Millisecond))
+	assert.Equal(t, int64(n), total, "every object counted once")
+	require.NoError(t, c.DeleteTenant(t.Context(), "team-a"))
+
+	mt, err = c.Metrics(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(n), mt.KeyCount)
+	r := b.Get(t, keysB, size)
+	assert.Len(t, r.OK, n, "team-b untouched; missing %v, wrong %v", r.Missing, r.Wrong)
+	assert.Len(t, a.Get(t, keysA, size).Missing, n, "team-a's objects are gone")
 }

@@ -81,6 +81,8 @@ var renderedMemberEnv = []corev1.EnvVar{
 	{Name: "MOONCAKE_GLOBAL_SEGMENT_SIZE", Value: "268435456"},
 	{Name: "MOONCAKE_LOCAL_BUFFER_SIZE", Value: "16777216"},
 	{Name: "MC_TE_METRIC", Value: "1"},
+	{Name: "KVCACHE_MASTER_ADMIN", Value: "mooncake-dram-leader.gpustack-system.svc:9003"},
+	{Name: "KVCACHE_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}},
 }
 
 // The seed ledger file the ConfigMap carries once the Binding exists.
@@ -239,6 +241,8 @@ func TestRealStoreEndToEnd(t *testing.T) {
 		"MOONCAKE_GLOBAL_SEGMENT_SIZE=268435456",
 		"MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
 		"MC_TE_METRIC=1",
+		"KVCACHE_MASTER_ADMIN=mooncake-dram-leader.gpustack-system.svc:9003", // read by the preStop drain only
+		"KVCACHE_POD_IP=127.0.0.1",                                           // status.podIP
 		"MC_STORE_CLIENT_SETUP_RETRIES=2",
 	}, memberEnv)
 	memberArgs := []string{"--port=" + strconv.Itoa(restPort)} // rendered --port=8080, on a free port

@@ -137,6 +137,34 @@ func TestBackendConnectionIsExactlyOneAndFrozen(t *testing.T) {
 	assert.Contains(t, err.Error(), "the managed/external branch cannot change after creation")
 }
 
+// The schema bounds a member group's drainTimeout (10s to 1h) without the webhook, and refuses one
+// that is not a duration.
+func TestDrainTimeoutIsBoundedBySchema(t *testing.T) {
+	ctx := context.Background()
+	for name, d := range map[string]time.Duration{"drain-5s": 5 * time.Second, "drain-2h": 2 * time.Hour} {
+		b := walkthroughBackend(name)
+		b.Spec.Connection.Managed.Members[0].DrainTimeout = &metav1.Duration{Duration: d}
+		err := env.Client.Create(ctx, b)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), fmt.Sprintf("spec.connection.managed.members[0].drainTimeout: Invalid value: %q: drainTimeout must be between 10s and 1h", d), name)
+	}
+	for name, d := range map[string]time.Duration{"drain-10s": 10 * time.Second, "drain-1h": time.Hour} {
+		b := walkthroughBackend(name)
+		b.Spec.Connection.Managed.Members[0].DrainTimeout = &metav1.Duration{Duration: d}
+		require.NoError(t, env.Client.Create(ctx, b), name)
+	}
+
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "worker.gpustack.ai/v1", "kind": "KVCacheBackend", "metadata": map[string]any{"name": "drain-soon"},
+		"spec": map[string]any{"connection": map[string]any{"managed": map[string]any{"members": []any{map[string]any{
+			"nodeSelector": map[string]any{"kubernetes.io/os": "linux"}, "capacityPerMember": "8Gi", "drainTimeout": "soon",
+		}}}}},
+	}}
+	err := env.Client.Create(ctx, u)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.connection.managed.members[0].drainTimeout")
+}
+
 // The CLI defaults objects read from files in Go; they must come out exactly as the API server
 // stores them, or `kvcache render` would show a different store than the operator runs.
 func TestGoDefaultsMatchTheServer(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -114,6 +115,7 @@ const (
 	envLauncher    = "the operator sets it from the Pod itself (the downward API): the launcher names the Lease holder by it"
 	envMetric      = "the operator turns transfer-engine metrics on for every member"
 	envDeviceUnset = "the operator leaves it unset on purpose: empty means every device, the only value right for every host of a group, since device names differ per host"
+	envDrain       = "the operator sets it for the member's preStop drain (kvcache drain-member), which moves its objects to the other members before it stops"
 )
 
 var (
@@ -121,6 +123,7 @@ var (
 		vocab.MasterEnv: envFromSpec, vocab.MetadataServerEnv: envFromSpec, vocab.ProtocolEnv: envFromSpec,
 		vocab.LocalHostnameEnv: envFromPod, vocab.GlobalSegmentSizeEnv: envFromSpec,
 		vocab.LocalBufferSizeEnv: envFromSpec, vocab.MetricEnv: envMetric, vocab.DeviceEnv: envDeviceUnset,
+		vocab.DrainAdminEnv: envDrain, vocab.DrainPodIPEnv: envDrain,
 		// A config file replaces every variable above.
 		vocab.ConfigPathEnv: "a configuration file would replace every MOONCAKE_* variable the operator sets",
 	}
@@ -228,10 +231,27 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 		if g.FabricInterfaceCount != nil && *g.FabricInterfaceCount < 1 {
 			errs = append(errs, field.Invalid(gp.Child("fabricInterfaceCount"), *g.FabricInterfaceCount, "must be at least 1"))
 		}
+		if d := g.DrainTimeoutOrDefault(); d < kvv1.MinDrainTimeout || d > kvv1.MaxDrainTimeout {
+			errs = append(errs, field.Invalid(gp.Child("drainTimeout"), shortDuration(d), fmt.Sprintf(
+				"must be between %s and %s: it is how long a stopping member Pod spends moving its objects to the other members before it stops (its terminationGracePeriodSeconds is this plus %s), e.g. 5m",
+				shortDuration(kvv1.MinDrainTimeout), shortDuration(kvv1.MaxDrainTimeout), shortDuration(kvv1.DrainGraceMargin))))
+		}
 		errs = append(errs, validateMemberArgs(gp.Child("extraArgs"), g.ExtraArgs)...)
 		errs = append(errs, validateExtraEnv(gp.Child("extraEnv"), g.ExtraEnv, derivedMemberEnv)...)
 	}
 	return errs
+}
+
+// shortDuration spells a duration as a user writes it: 1h, 5m, 1h1m, 90s (not 1h0m0s).
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // flagKey returns a -flag or -flag=value token's key without dashes, and whether the token

@@ -5,11 +5,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -421,6 +423,31 @@ func TestValidateBackend(t *testing.T) {
 			name:   "a fabricInterfaceCount of 0 is refused",
 			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).FabricInterfaceCount = ptr.To[int32](0) },
 			want:   []string{membersPath + "[0].fabricInterfaceCount: Invalid value: 0: must be at least 1"},
+		},
+		{
+			name:   "a drainTimeout under 10s is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).DrainTimeout = &metav1.Duration{Duration: 5 * time.Second} },
+			want:   []string{membersPath + `[0].drainTimeout: Invalid value: "5s": must be between 10s and 1h: it is how long a stopping member Pod spends moving its objects to the other members before it stops (its terminationGracePeriodSeconds is this plus 20s), e.g. 5m`},
+		},
+		{
+			name:   "a drainTimeout over 1h is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).DrainTimeout = &metav1.Duration{Duration: 61 * time.Minute} },
+			want:   []string{membersPath + `[0].drainTimeout: Invalid value: "1h1m": must be between 10s and 1h: it is how long a stopping member Pod spends moving its objects to the other members before it stops (its terminationGracePeriodSeconds is this plus 20s), e.g. 5m`},
+		},
+		{
+			name: "drainTimeouts of exactly 10s and 1h are allowed",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				group(b, 0).DrainTimeout = &metav1.Duration{Duration: 10 * time.Second}
+				addGroups(b, 1)
+				group(b, 1).DrainTimeout = &metav1.Duration{Duration: time.Hour}
+			},
+		},
+		{
+			name: "extraEnv may not set the drain's variables",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				group(b, 0).ExtraEnv = []corev1.EnvVar{{Name: "KVCACHE_MASTER_ADMIN", Value: "x:9003"}}
+			},
+			want: []string{membersPath + "[0].extraEnv[0].name: Forbidden: KVCACHE_MASTER_ADMIN: the operator sets it for the member's preStop drain (kvcache drain-member), which moves its objects to the other members before it stops; remove it from extraEnv"},
 		},
 		{
 			name:   "a member extraArg --port=9000 is refused because the operator sets the REST port",

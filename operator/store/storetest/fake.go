@@ -19,7 +19,22 @@
 // mooncake_tenant_quota_reject_total) appear once they moved, as on the real master; Evict and
 // Reject move them, as the data path would.
 //
-// What it does not emulate: the RPC data path (keys, leases, eviction), HA, the /metrics series
+// Objects are counted per tenant (SetObjects; SetCharged is one object), and some may be leased
+// (LeaseObjects), as a read leases them: POST /api/v1/remove_all?tenant_id= removes a tenant's
+// unleased objects and answers how many, matching tenant_id without percent-decoding it and
+// every tenant without one, as the real master does; force=true removes leased ones too.
+//
+// Drain jobs (POST /api/v1/drain_jobs, its query and cancel) are validated as the real master
+// validates them, and their segments turn DRAINING at once. The fake moves nothing by itself: a
+// job stays CREATED with no unit active (cancellable, as the real master's is until its first
+// planning round, within half a second) until SetDrain moves it on: RUNNING with active units
+// (no longer cancellable), SUCCEEDED (its segments DRAINED) or FAILED (its segments OK again).
+// A DRAINING or DRAINED segment's allocator_used_bytes reads 0, as on the real master. Jobs live
+// in memory only: Restart forgets them (JOB_NOT_FOUND) and the re-mounted segments are OK.
+//
+// What it does not emulate: the RPC data path (keys, eviction, lease expiry), placement of
+// objects on segments (the allocated bytes are spread over the segments in name order), HA,
+// the /metrics series
 // the operator does not read beyond a representative few, and the timing of a real restart
 // (members re-mount at once here, 0.2–1.7 s on the real master).
 package storetest
@@ -64,9 +79,12 @@ type FakeOptions struct {
 
 // Error codes and messages of the master's envelope (hack/MOONCAKE_NOTES.md §3).
 const (
+	codeSegmentNotFound          = -101
 	codeInvalidParams            = -600
 	codeObjectNotFound           = -704
+	codeUnavailableInStatus      = -1010
 	codeUnavailableInCurrentMode = -1011
+	codeJobNotFound              = -1402
 	codePersistFail              = -1503
 	codeTenantNotEmpty           = -1702
 )
@@ -82,9 +100,13 @@ type Fake struct {
 	policy   map[string]int64 // the in-memory ledger's explicit policies
 	file     map[string]int64 // the persisted policy file
 	charged  map[string]int64 // bytes of objects per tenant (the data path)
+	objects  map[string]int64 // objects per tenant with charged bytes; absent: 1
+	leased   map[string]lease // the leased part of a tenant's objects
 	evicted  map[string]int64 // mooncake_tenant_evict_bytes_total per tenant
 	rejected map[string]int64 // mooncake_tenant_quota_reject_total{reason="quota_exceeded"}
 	segments map[string]segment
+	jobs     map[string]*drainJob
+	jobOrder []string
 	seq      uint64
 	mounts   uint64
 	unmounts uint64
@@ -100,6 +122,28 @@ type segment struct {
 	baseAddr, teEnd string
 	// pingingSince is when the member started pinging this master process.
 	pingingSince time.Time
+	status       string // OK, DRAINING or DRAINED
+}
+
+type lease struct{ n, bytes int64 }
+
+// drainJob is a drain job as the fake keeps it.
+type drainJob struct {
+	id              string
+	segments        []string
+	status          string
+	created, update time.Time
+	p               DrainProgress
+	message         string
+}
+
+// DrainProgress is where SetDrain moves a drain job: its status (RUNNING, SUCCEEDED or FAILED)
+// and unit counts, as the real master reports them (a running job has active units, up to its
+// max_concurrency).
+type DrainProgress struct {
+	Status                             string
+	Succeeded, Failed, Blocked, Active int64
+	MigratedBytes                      int64
 }
 
 // NewFake starts a fake master listening on 127.0.0.1 (a random port). Stop it with Close.
@@ -109,9 +153,12 @@ func NewFake(opts FakeOptions) *Fake {
 		policy:   map[string]int64{},
 		file:     map[string]int64{},
 		charged:  map[string]int64{},
+		objects:  map[string]int64{},
+		leased:   map[string]lease{},
 		evicted:  map[string]int64{},
 		rejected: map[string]int64{},
 		segments: map[string]segment{},
+		jobs:     map[string]*drainJob{},
 		now:      opts.Clock,
 	}
 	if f.now == nil {
@@ -194,8 +241,8 @@ func (f *Fake) SetDown(down bool) {
 	f.srv = f.start(ln)
 }
 
-// Restart emulates the master killed and started again on the same address: every object is
-// lost (all charged bytes 0) and the ledger is rebuilt from the policy file (the seed plus every
+// Restart emulates the master killed and started again on the same address: every object and
+// every drain job is lost (all charged bytes 0) and the ledger is rebuilt from the policy file (the seed plus every
 // successful PUT/DELETE, which the master persists, or what ReplacePolicyFile put there).
 // Members re-mount their segments (same names and ids), here at once.
 //
@@ -204,12 +251,14 @@ func (f *Fake) SetDown(down bool) {
 func (f *Fake) Restart() {
 	f.SetDown(true)
 	f.mu.Lock()
-	f.charged = map[string]int64{}
+	f.charged, f.objects, f.leased = map[string]int64{}, map[string]int64{}, map[string]lease{}
 	f.evicted, f.rejected = map[string]int64{}, map[string]int64{}
+	f.jobs, f.jobOrder = map[string]*drainJob{}, nil
 	f.policy = clone(f.file)
 	f.mounts, f.unmounts, f.remounts = 0, 0, uint64(len(f.segments))
 	for name, s := range f.segments {
 		s.pingingSince = f.now()
+		s.status = segOK
 		f.segments[name] = s
 	}
 	f.mu.Unlock()
@@ -251,6 +300,7 @@ func (f *Fake) MountSegment(name string, sizeBytes int64, protocol string) {
 		baseAddr:     fmt.Sprintf("0x%x", 0x7fda75000000+f.seq<<32),
 		teEnd:        net.JoinHostPort(host, strconv.FormatUint(15000+f.seq, 10)),
 		pingingSince: f.now(),
+		status:       segOK, // a new mount is OK, whatever the name's last status was
 	}
 }
 
@@ -264,18 +314,76 @@ func (f *Fake) UnmountSegment(name string) {
 	}
 }
 
-// SetCharged sets the bytes of objects a tenant owns (0 empties it). A tenant with bytes cannot
-// be deleted (409/-1702). Bytes of a tenant without a policy make it listed with
-// has_explicit_policy false, as the master lists such leftovers. Without multi-tenancy the bytes
-// only count in master_allocated_bytes.
-func (f *Fake) SetCharged(tenant string, bytes int64) {
+// SetCharged sets the bytes of objects a tenant owns, as one object (0 empties it). A tenant
+// with bytes cannot be deleted (409/-1702). Bytes of a tenant without a policy make it listed
+// with has_explicit_policy false, as the master lists such leftovers. Without multi-tenancy the
+// bytes only count in master_allocated_bytes.
+func (f *Fake) SetCharged(tenant string, bytes int64) { f.SetObjects(tenant, 1, bytes) }
+
+// SetObjects sets how many objects a tenant owns and their bytes (either <= 0 empties it), none
+// of them leased.
+func (f *Fake) SetObjects(tenant string, n, bytes int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if bytes <= 0 {
+	delete(f.leased, tenant)
+	if n <= 0 || bytes <= 0 {
 		delete(f.charged, tenant)
+		delete(f.objects, tenant)
 		return
 	}
-	f.charged[tenant] = bytes
+	f.charged[tenant], f.objects[tenant] = bytes, n
+}
+
+// LeaseObjects marks n of a tenant's objects, holding bytes, as leased (read within the lease
+// TTL): remove_all without force leaves them. n <= 0 lets every lease expire. It is clamped to
+// what the tenant owns.
+func (f *Fake) LeaseObjects(tenant string, n, bytes int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n <= 0 || bytes <= 0 {
+		delete(f.leased, tenant)
+		return
+	}
+	f.leased[tenant] = lease{n: min(n, f.objectCount(tenant)), bytes: min(bytes, f.charged[tenant])}
+}
+
+// DrainJobs are the ids of the drain jobs the master knows, oldest first.
+func (f *Fake) DrainJobs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.jobOrder)
+}
+
+// SetDrain moves a drain job on: its units and status. SUCCEEDED makes its segments DRAINED,
+// FAILED makes them OK again (what fit moved; the fake keeps no placement, so the bytes stay
+// where they were counted). It panics on an unknown job: the test asked for a job that is not.
+func (f *Fake) SetDrain(id string, p DrainProgress) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[id]
+	if !ok {
+		panic(fmt.Sprintf("storetest: SetDrain of unknown drain job %q (have %v)", id, f.jobOrder))
+	}
+	j.p, j.status, j.update = p, p.Status, f.now()
+	switch p.Status {
+	case drainSucceeded:
+		j.message = "Drain job finished successfully"
+		f.setSegmentStatus(j.segments, segDrained)
+	case drainFailed:
+		j.message = "Drain job failed: unrecoverable units remain"
+		f.setSegmentStatus(j.segments, segOK)
+	default:
+		j.message = "Drain job running"
+	}
+}
+
+func (f *Fake) setSegmentStatus(names []string, status string) {
+	for _, n := range names {
+		if s, ok := f.segments[n]; ok {
+			s.status = status
+			f.segments[n] = s
+		}
+	}
 }
 
 // Evict counts bytes evicted from a tenant's own objects to admit its writes at its grant, as
@@ -341,6 +449,16 @@ func (f *Fake) capacity() int64 {
 		c += s.size
 	}
 	return c
+}
+
+func (f *Fake) objectCount(tenant string) int64 {
+	if f.charged[tenant] <= 0 {
+		return 0
+	}
+	if n, ok := f.objects[tenant]; ok {
+		return n
+	}
+	return 1
 }
 
 func (f *Fake) allocated() int64 {
@@ -499,6 +617,16 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/api/v1/tenant_quotas" &&
 		(r.Method == http.MethodGet || r.Method == http.MethodPut || r.Method == http.MethodDelete):
 		f.tenantQuotas(w, r)
+	case r.URL.Path == "/api/v1/remove_all" && r.Method == http.MethodPost:
+		f.removeAll(w, r)
+	case r.URL.Path == "/api/v1/segments/status" && get:
+		f.segmentStatus(w, r)
+	case r.URL.Path == "/api/v1/drain_jobs" && r.Method == http.MethodPost:
+		f.createDrain(w, r)
+	case r.URL.Path == "/api/v1/drain_jobs/query" && get:
+		f.queryDrain(w, r)
+	case r.URL.Path == "/api/v1/drain_jobs/cancel" && r.Method == http.MethodPost:
+		f.cancelDrain(w, r)
 	default:
 		notFound(w)
 	}
@@ -672,15 +800,19 @@ func (f *Fake) segmentsDetail() string {
 		name, _ := json.Marshal(s.name)
 		te, _ := json.Marshal(s.teEnd)
 		proto, _ := json.Marshal(s.protocol)
+		u := used[s.name]
+		if s.status != segOK { // the real master reads 0 for a draining or drained segment
+			u = 0
+		}
 		pct := 0.0
 		if s.size > 0 {
-			pct = float64(used[s.name]) / float64(s.size) * 100
+			pct = float64(u) / float64(s.size) * 100
 		}
 		fmt.Fprintf(&b, `{"segment_name":%s,"segment_id":"%s","client_id":"%s","base_address":"%s",`+
-			`"size_bytes":%d,"size_human":"%.2f GiB","te_endpoint":%s,"protocol":%s,"status":"OK",`+
+			`"size_bytes":%d,"size_human":"%.2f GiB","te_endpoint":%s,"protocol":%s,"status":"%s",`+
 			`"allocator_used_bytes":%d,"allocator_capacity_bytes":%d,"allocator_usage_percent":%s}`,
-			name, s.id, s.clientID, s.baseAddr, s.size, float64(s.size)/(1<<30), te, proto,
-			used[s.name], s.size, formatPercent(pct))
+			name, s.id, s.clientID, s.baseAddr, s.size, float64(s.size)/(1<<30), te, proto, s.status,
+			u, s.size, formatPercent(pct))
 	}
 	b.WriteString("]}")
 	return b.String()
@@ -718,21 +850,19 @@ func (f *Fake) metricsText() string {
 	gauge("master_allocated_file_size_bytes", "Total bytes currently allocated for file storage in 3fs/nfs", 0)
 	gauge("master_total_file_capacity_bytes", "Total capacity for file storage in 3fs/nfs", 0)
 	var keys int64
-	for _, v := range f.charged {
-		if v > 0 {
-			keys++
-		}
+	for id := range f.charged {
+		keys += f.objectCount(id)
 	}
 	gauge("master_key_count", "Total number of keys managed by the master", keys)
 	gauge("master_soft_pin_key_count", "Total number of soft-pinned keys managed by the master", 0)
 	gauge("master_active_clients", "Total number of active clients", int64(len(f.segments)))
-	if keys > 0 { // the histogram appears once a key exists; one "object" per tenant here
+	if keys > 0 { // the histogram appears once a key exists; a tenant's objects are of one size here
 		b.WriteString("# HELP master_value_size_bytes Distribution of object value sizes\n# TYPE master_value_size_bytes histogram\n")
 		for _, le := range []int64{4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864} {
 			var n int64
-			for _, v := range f.charged {
-				if v > 0 && v <= le {
-					n++
+			for id, v := range f.charged {
+				if c := f.objectCount(id); c > 0 && v/c <= le {
+					n += c
 				}
 			}
 			fmt.Fprintf(&b, "master_value_size_bytes_bucket{le=\"%d.000000\"} %d\n", le, n)
@@ -752,6 +882,7 @@ func (f *Fake) metricsText() string {
 	}
 	counter("master_ping_requests_total", "Total number of ping requests received", pings)
 	counter("master_ping_failures_total", "Total number of failed ping requests", 0)
+	counter("master_evicted_key_count", "Total number of keys evicted", 0)
 
 	if !f.opts.MultiTenancy {
 		return b.String()
@@ -809,4 +940,223 @@ func (f *Fake) metricsText() string {
 	gauge("mooncake_tenant_quota_requested_bytes_sum", "Global requested tenant quota sum in bytes", reqSum)
 	gauge("mooncake_tenant_quota_effective_bytes_sum", "Global effective tenant quota sum in bytes", effSum)
 	return b.String()
+}
+
+// Segment and drain job statuses, with the numbers the master prints beside their names.
+const (
+	segOK       = "OK"
+	segDraining = "DRAINING"
+	segDrained  = "DRAINED"
+
+	drainCreated   = "CREATED"
+	drainRunning   = "RUNNING"
+	drainSucceeded = "SUCCEEDED"
+	drainFailed    = "FAILED"
+	drainCanceled  = "CANCELED"
+)
+
+var (
+	segmentStatusNumber = map[string]int{segOK: 1, segDraining: 2, segDrained: 3}
+	drainStatusNumber   = map[string]int{drainCreated: 0, "PLANNING": 1, drainRunning: 2, drainSucceeded: 3, drainFailed: 4, drainCanceled: 5}
+	jobIDPattern        = regexp.MustCompile(`^[0-9]+-[0-9]+$`)
+)
+
+// rawQuery is the first value of key in the query string as sent, not percent-decoded: the
+// master reads remove_all's tenant_id and force that way.
+func rawQuery(r *http.Request, key string) string {
+	for _, kv := range strings.Split(r.URL.RawQuery, "&") {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// removeAll is POST /api/v1/remove_all: a tenant's unleased objects (every tenant's without
+// tenant_id), leased ones too with force=true or force=1; an unknown or invalid tenant removes 0.
+func (f *Fake) removeAll(w http.ResponseWriter, r *http.Request) {
+	tenant := rawQuery(r, "tenant_id")
+	force := rawQuery(r, "force")
+	forced := force == "true" || force == "1"
+	var removed int64
+	for id := range f.charged {
+		if tenant != "" && id != tenant {
+			continue
+		}
+		n, l := f.objectCount(id), f.leased[id]
+		if forced {
+			l = lease{}
+		}
+		removed += n - l.n
+		if l.n == 0 {
+			delete(f.charged, id)
+			delete(f.objects, id)
+			delete(f.leased, id)
+			continue
+		}
+		f.charged[id], f.objects[id] = l.bytes, l.n
+	}
+	writeBody(w, http.StatusOK, ctJSON, fmt.Sprintf(`{"success":true,"removed_count":%d}`, removed))
+}
+
+func (f *Fake) segmentStatus(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("segment") // decoded, as the master decodes it
+	if name == "" {
+		writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, "Missing segment query parameter")
+		return
+	}
+	s, ok := f.segments[name]
+	if !ok {
+		writeEnvelopeError(w, http.StatusNotFound, codeSegmentNotFound, "SEGMENT_NOT_FOUND")
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Success      bool   `json:"success"`
+		Segment      string `json:"segment"`
+		Status       int    `json:"status"`
+		StatusName   string `json:"status_name"`
+		ErrorCode    int    `json:"error_code"`
+		ErrorMessage string `json:"error_message"`
+	}{true, name, segmentStatusNumber[s.status], s.status, 0, ""})
+	writeBody(w, http.StatusOK, ctJSON, string(b))
+}
+
+// createDrain is POST /api/v1/drain_jobs, checked in the master's order: the request's shape
+// (-600), then each source's existence (-101) and status (-1010), then each target's.
+func (f *Fake) createDrain(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, "Invalid JSON body: Unexpected end of buffer. Expected:")
+		return
+	}
+	if trimmed[0] != '{' {
+		writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, "Invalid JSON body: Expected these: {")
+		return
+	}
+	var req struct { // unknown keys are ignored, as the master ignores them
+		Segments       []string `json:"segments"`
+		TargetSegments []string `json:"target_segments"`
+		MaxConcurrency *int64   `json:"max_concurrency"`
+	}
+	if err := json.Unmarshal(trimmed, &req); err != nil {
+		writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, "Invalid JSON body: "+err.Error())
+		return
+	}
+	concurrency := int64(4) // the master's default
+	if req.MaxConcurrency != nil {
+		concurrency = *req.MaxConcurrency
+	}
+	fail := func(status, code int, msg string) { writeEnvelopeError(w, status, code, msg) }
+	seen := map[string]bool{}
+	dup := false
+	for _, s := range req.Segments {
+		dup = dup || seen[s]
+		seen[s] = true
+	}
+	if len(req.Segments) == 0 || concurrency <= 0 || dup {
+		fail(http.StatusBadRequest, codeInvalidParams, "INVALID_PARAMS")
+		return
+	}
+	for _, s := range req.Segments {
+		seg, ok := f.segments[s]
+		if !ok {
+			fail(http.StatusNotFound, codeSegmentNotFound, "SEGMENT_NOT_FOUND")
+			return
+		}
+		if seg.status != segOK {
+			fail(http.StatusConflict, codeUnavailableInStatus, "UNAVAILABLE_IN_CURRENT_STATUS")
+			return
+		}
+	}
+	for _, t := range req.TargetSegments {
+		seg, ok := f.segments[t]
+		switch {
+		case seen[t]:
+			fail(http.StatusBadRequest, codeInvalidParams, "INVALID_PARAMS")
+			return
+		case !ok:
+			fail(http.StatusNotFound, codeSegmentNotFound, "SEGMENT_NOT_FOUND")
+			return
+		case seg.status != segOK:
+			fail(http.StatusConflict, codeUnavailableInStatus, "UNAVAILABLE_IN_CURRENT_STATUS")
+			return
+		}
+	}
+	f.seq++
+	j := &drainJob{
+		id:       fmt.Sprintf("%d-%d", 1101725150691577454+f.seq, 8035271609663295380-f.seq),
+		segments: slices.Clone(req.Segments),
+		status:   drainCreated,
+		created:  f.now(),
+		message:  "Drain job created",
+	}
+	j.update = j.created
+	j.p = DrainProgress{Status: drainCreated}
+	f.jobs[j.id] = j
+	f.jobOrder = append(f.jobOrder, j.id)
+	f.setSegmentStatus(j.segments, segDraining)
+	writeBody(w, http.StatusOK, ctJSON, fmt.Sprintf(`{"success":true,"job_id":"%s","status":"CREATED","error_code":0,"error_message":""}`, j.id))
+}
+
+// job answers the job named by ?job_id=, or writes the master's error and returns nil.
+func (f *Fake) job(w http.ResponseWriter, r *http.Request) *drainJob {
+	id := r.URL.Query().Get("job_id")
+	if !jobIDPattern.MatchString(id) {
+		writeEnvelopeError(w, http.StatusBadRequest, codeInvalidParams, "Missing or invalid job_id")
+		return nil
+	}
+	j, ok := f.jobs[id]
+	if !ok {
+		writeEnvelopeError(w, http.StatusNotFound, codeJobNotFound, "JOB_NOT_FOUND")
+		return nil
+	}
+	return j
+}
+
+func (f *Fake) queryDrain(w http.ResponseWriter, r *http.Request) {
+	j := f.job(w, r)
+	if j == nil {
+		return
+	}
+	b, err := json.Marshal(struct {
+		Success        bool     `json:"success"`
+		JobID          string   `json:"job_id"`
+		Type           int      `json:"type"`
+		TypeName       string   `json:"type_name"`
+		Status         int      `json:"status"`
+		StatusName     string   `json:"status_name"`
+		CreatedAt      int64    `json:"created_at_ms_epoch"`
+		UpdatedAt      int64    `json:"last_updated_at_ms_epoch"`
+		Segments       []string `json:"segments"`
+		SucceededUnits int64    `json:"succeeded_units"`
+		FailedUnits    int64    `json:"failed_units"`
+		BlockedUnits   int64    `json:"blocked_units"`
+		ActiveUnits    int64    `json:"active_units"`
+		MigratedBytes  int64    `json:"migrated_bytes"`
+		Message        string   `json:"message"`
+		ErrorCode      int      `json:"error_code"`
+		ErrorMessage   string   `json:"error_message"`
+	}{true, j.id, 0, "DRAIN", drainStatusNumber[j.status], j.status, j.created.UnixMilli(), j.update.UnixMilli(), j.segments,
+		j.p.Succeeded, j.p.Failed, j.p.Blocked, j.p.Active, j.p.MigratedBytes, j.message, 0, ""})
+	if err != nil {
+		panic(err)
+	}
+	writeBody(w, http.StatusOK, ctJSON, string(b))
+}
+
+// cancelDrain is refused while units are active (measured: always, once a job runs) and once the
+// job has ended.
+func (f *Fake) cancelDrain(w http.ResponseWriter, r *http.Request) {
+	j := f.job(w, r)
+	if j == nil {
+		return
+	}
+	if j.p.Active > 0 || j.status == drainSucceeded || j.status == drainFailed || j.status == drainCanceled {
+		writeEnvelopeError(w, http.StatusConflict, codeUnavailableInStatus, "UNAVAILABLE_IN_CURRENT_STATUS")
+		return
+	}
+	j.status, j.p.Status, j.update, j.message = drainCanceled, drainCanceled, f.now(), "Drain job canceled"
+	f.setSegmentStatus(j.segments, segOK)
+	writeBody(w, http.StatusOK, ctJSON, fmt.Sprintf(`{"success":true,"job_id":"%s","status":"CANCELED","error_code":0,"error_message":""}`, j.id))
 }

@@ -298,6 +298,11 @@ func TestFakeMetrics(t *testing.T) {
 	assert.Equal(t, store.Metrics{
 		TotalCapacityBytes: 256 * mib,
 		AllocatedBytes:     15,
+		KeyCount:           1,
+		Segments: map[string]store.SegmentMetrics{
+			"127.0.0.1:1": {AllocatedBytes: 15, CapacityBytes: 128 * mib},
+			"127.0.0.1:2": {CapacityBytes: 128 * mib},
+		},
 		Tenants: map[string]store.TenantMetrics{
 			"team-a":      {RequestedBytes: 64 * mib, EffectiveBytes: 64 * mib, ChargedBytes: 15},
 			`we"ird\name`: {RequestedBytes: mib, EffectiveBytes: mib},
@@ -371,4 +376,71 @@ func TestNewFakeRefusesWhatTheMasterRefuses(t *testing.T) {
 	for _, seed := range []map[string]int64{{"_sys": 1}, {"a": 0}, {"": 1}, {"a\tb": 1}} {
 		assert.Panics(t, func() { storetest.NewFake(storetest.FakeOptions{MultiTenancy: true, Tenants: seed}) }, "%v", seed)
 	}
+}
+
+// remove_all and the drain API on the wire, as measured on the real master: tenant_id is not
+// percent-decoded, no tenant_id means every tenant, force removes leased objects, and drain
+// requests are refused with the real bodies.
+func TestFakeRemoveAllAndDrainWire(t *testing.T) {
+	f, c := newFake(t, storetest.FakeOptions{MultiTenancy: true, Tenants: map[string]int64{"team-a": gib, "x y": gib}})
+	ctx := context.Background()
+	f.MountSegment("127.0.0.1:14123", 256*mib, "tcp")
+	f.MountSegment("127.0.0.1:13951", 256*mib, "tcp")
+	f.SetObjects("team-a", 9, 9<<16)
+	f.SetObjects("x y", 1, 1<<16)
+	f.SetObjects("team-b", 200, 200<<16)
+	f.LeaseObjects("team-b", 200, 200<<16)
+	u := f.URL()
+
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		want               string
+	}{
+		{"GET", "/api/v1/remove_all?tenant_id=team-a", "", 404, "404 Not Found"},
+		{"POST", "/api/v1/remove_all?tenant_id=x%20y", "", 200, `{"success":true,"removed_count":0}`},
+		{"POST", "/api/v1/remove_all?tenant_id=x+y", "", 200, `{"success":true,"removed_count":0}`},
+		{"POST", "/api/v1/remove_all?tenant_id=_bad", "", 200, `{"success":true,"removed_count":0}`},
+		{"POST", "/api/v1/remove_all", "", 200, `{"success":true,"removed_count":10}`}, // every tenant; team-b is leased
+		{"POST", "/api/v1/remove_all?tenant_id=team-b&force=yes", "", 200, `{"success":true,"removed_count":0}`},
+		{"POST", "/api/v1/remove_all?tenant_id=team-b&force=1", "", 200, `{"success":true,"removed_count":200}`},
+		{"GET", "/api/v1/segments/status?segment=127.0.0.1:14123", "", 200, `{"success":true,"segment":"127.0.0.1:14123","status":1,"status_name":"OK","error_code":0,"error_message":""}`},
+		{"GET", "/api/v1/segments/status?segment=127.0.0.1:15001", "", 404, `{"success":false,"error_code":-101,"error_message":"SEGMENT_NOT_FOUND"}`},
+		{"GET", "/api/v1/segments/status?segment=", "", 400, `{"success":false,"error_code":-600,"error_message":"Missing segment query parameter"}`},
+		{"POST", "/api/v1/drain_jobs", `{"segments":[]}`, 400, `{"success":false,"error_code":-600,"error_message":"INVALID_PARAMS"}`},
+		{"POST", "/api/v1/drain_jobs", `{"segment":["127.0.0.1:14123"]}`, 400, `{"success":false,"error_code":-600,"error_message":"INVALID_PARAMS"}`},
+		{"POST", "/api/v1/drain_jobs", `{"segments":["127.0.0.1:14123"],"max_concurrency":0}`, 400, `{"success":false,"error_code":-600,"error_message":"INVALID_PARAMS"}`},
+		{"POST", "/api/v1/drain_jobs", `notjson`, 400, `{"success":false,"error_code":-600,"error_message":"Invalid JSON body: Expected these: {"}`},
+		{"POST", "/api/v1/drain_jobs", `{"segments":["nope"]}`, 404, `{"success":false,"error_code":-101,"error_message":"SEGMENT_NOT_FOUND"}`},
+		{"GET", "/api/v1/drain_jobs", "", 404, "404 Not Found"},
+		{"GET", "/api/v1/drain_jobs/query?job_id=1-2", "", 404, `{"success":false,"error_code":-1402,"error_message":"JOB_NOT_FOUND"}`},
+		{"GET", "/api/v1/drain_jobs/query", "", 400, `{"success":false,"error_code":-600,"error_message":"Missing or invalid job_id"}`},
+	} {
+		status, body, _ := raw(t, tc.method, u+tc.path, tc.body)
+		assert.Equal(t, tc.status, status, "%s %s", tc.method, tc.path)
+		assert.Equal(t, tc.want, body, "%s %s", tc.method, tc.path)
+	}
+	m, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, m.KeyCount)
+	assert.Zero(t, m.AllocatedBytes)
+
+	// A drain with the real answer; its segment's allocator_used_bytes reads 0 from then on.
+	f.SetObjects("team-a", 4, 4<<20)
+	status, body, _ := raw(t, "POST", u+"/api/v1/drain_jobs", `{"segments":["127.0.0.1:13951"],"max_concurrency":4}`)
+	require.Equal(t, 200, status, body)
+	id := f.DrainJobs()[0]
+	assert.Equal(t, `{"success":true,"job_id":"`+id+`","status":"CREATED","error_code":0,"error_message":""}`, body)
+	segs, err := c.Segments(ctx)
+	require.NoError(t, err)
+	for _, s := range segs {
+		if s.Name == "127.0.0.1:13951" {
+			assert.Equal(t, "DRAINING", s.Status)
+			assert.Zero(t, s.UsedBytes)
+		}
+	}
+	m, err = c.Metrics(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), m.KeyCount, "a drain moves objects, it does not count them")
+	assert.Equal(t, int64(4<<20), m.Segments["127.0.0.1:13951"].AllocatedBytes+m.Segments["127.0.0.1:14123"].AllocatedBytes)
 }
