@@ -18,6 +18,8 @@ import (
 type Metrics struct {
 	scrapeFailures *prometheus.CounterVec
 	ledgerWrites   *prometheus.CounterVec
+	lostObjects    *prometheus.CounterVec
+	lostBytes      *prometheus.CounterVec
 	observations   *Observations
 }
 
@@ -32,6 +34,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kvcache_ledger_writes_total",
 			Help: "Tenant ledger writes by backend, operation (put, delete) and result (ok, error).",
 		}, []string{"backend", "operation", "result"}),
+		lostObjects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvcache_backend_lost_objects_total",
+			Help: "Objects a store lost without their removal being asked for, by backend and cause (MasterRestarted, MemberLost), as the master's figures showed them.",
+		}, []string{"backend", "cause"}),
+		lostBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvcache_backend_lost_bytes_total",
+			Help: "Bytes of the objects a store lost, by backend and cause.",
+		}, []string{"backend", "cause"}),
 		observations: newObservations(),
 	}
 	var err error
@@ -39,6 +49,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.ledgerWrites, err = promutil.Register(reg, m.ledgerWrites); err != nil {
+		return nil, err
+	}
+	if m.lostObjects, err = promutil.Register(reg, m.lostObjects); err != nil {
+		return nil, err
+	}
+	if m.lostBytes, err = promutil.Register(reg, m.lostBytes); err != nil {
 		return nil, err
 	}
 	if m.observations, err = promutil.Register(reg, m.observations); err != nil {
@@ -66,6 +82,15 @@ func (m *Metrics) PoolObserved(pool string, bs []BindingFigures) {
 	if m != nil {
 		m.observations.SetPoolBindings(pool, bs)
 	}
+}
+
+// Lost counts objects a store lost.
+func (m *Metrics) Lost(backend, cause string, objects, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.lostObjects.WithLabelValues(backend, cause).Add(float64(objects))
+	m.lostBytes.WithLabelValues(backend, cause).Add(float64(bytes))
 }
 
 // ScrapeFailed counts a failed read of endpoint ("health", "metrics", ...).

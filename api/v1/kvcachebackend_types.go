@@ -444,7 +444,69 @@ type KVCacheBackendStatus struct {
 	// +optional
 	// +listType=atomic
 	UsedBy []ObjectReference `json:"usedBy,omitempty"`
+	// Drains are the members whose objects the operator is moving to the other members before
+	// they leave (a Pod being replaced, a node cordoned).
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	Drains []MemberDrain `json:"drains,omitempty"`
+	// Lost counts the objects the store lost although nobody removed them (a master that
+	// restarted, a member gone without its objects moved), as the master's figures showed
+	// them: an avalanche of misses tells here.
+	// +optional
+	Lost *LossStatus `json:"lost,omitempty"`
 }
+
+// MemberDrain is a member whose objects the master is moving to the other members.
+type MemberDrain struct {
+	// Pod and Node of the member.
+	Pod  string `json:"pod"`
+	Node string `json:"node,omitempty"`
+	// Segments of the member being drained.
+	// +listType=atomic
+	Segments []string `json:"segments"`
+	// JobID of the master's drain job.
+	JobID string `json:"jobID"`
+	// Reason: Replace (the member's Pod is replaced) or Cordoned (its node is cordoned).
+	Reason string `json:"reason"`
+	// StartTime of the drain; it is given up after the group's drainTimeout.
+	StartTime metav1.Time `json:"startTime"`
+}
+
+// Member drain reasons.
+const (
+	DrainReplace  = "Replace"
+	DrainCordoned = "Cordoned"
+)
+
+// LossStatus counts the objects a store lost without their removal being asked for.
+type LossStatus struct {
+	// Objects and Bytes lost, in total, since the operator first read the store.
+	Objects int64             `json:"objects"`
+	Bytes   resource.Quantity `json:"bytes"`
+	// Last is the most recent loss.
+	// +optional
+	Last *Loss `json:"last,omitempty"`
+}
+
+// Loss is one loss of objects.
+type Loss struct {
+	Time metav1.Time `json:"time"`
+	// Cause: MasterRestarted (every object of the previous master) or MemberLost (a member
+	// gone with the objects on it).
+	Cause   string            `json:"cause"`
+	Objects int64             `json:"objects"`
+	Bytes   resource.Quantity `json:"bytes"`
+	// Member is the segment that went, for MemberLost.
+	// +optional
+	Member string `json:"member,omitempty"`
+}
+
+// Loss causes.
+const (
+	LossMasterRestarted = "MasterRestarted"
+	LossMemberLost      = "MemberLost"
+)
 
 // KVCacheBackend is a Mooncake KV cache store: a leader Deployment with Lease election and
 // member DaemonSets (managed), or an existing store (external).

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -69,8 +70,10 @@ type Reconciler struct {
 	// operator.DefaultUsageRefresh when zero.
 	UsageRefresh time.Duration
 
-	// masters remembers the master process each backend's last read came from.
+	// masters remembers the master process each backend's last read came from, and seen what
+	// that read showed (objects lost are told from two reads).
 	masters masters
+	seen    snapshots
 }
 
 // childKinds are the kinds the store render produces, for pruning.
@@ -115,6 +118,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Only a Binding's spec and lifetime change the render (the ledger seed).
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool), builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(r.allBackends)).
+		// A node cordoned (or schedulable again) drains (or restarts) the members on it.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allBackends), builder.WithPredicates(cordonChanged())).
 		Complete(r)
 }
 
@@ -218,10 +223,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	for _, phase := range []func(context.Context, *state) error{
 		r.renderAndApply,
-		r.restartStaleMembers,
 		r.observeWorkloads,
 		r.completeHandover,
 		r.observeStore,
+		r.replaceMembers,
 	} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -241,8 +246,12 @@ const (
 	settleWindow = 2 * time.Minute
 )
 
-// nextPoll is when the store is read again: sooner while it settles after a cold cache.
+// nextPoll is when the store is read again: sooner while it settles after a cold cache, and
+// while members are drained.
 func nextPoll(b *kvv1.KVCacheBackend, now time.Time, every time.Duration) time.Duration {
+	if len(b.Status.Drains) > 0 && every > settlePoll {
+		return settlePoll
+	}
 	l := b.Status.Leader
 	if l == nil || l.ColdCacheSince == nil || now.Sub(l.ColdCacheSince.Time) > settleWindow || every <= settlePoll {
 		return every
@@ -270,6 +279,10 @@ type state struct {
 	memberPods []corev1.Pod
 	// lease is the election Lease (nil: absent, or not electing).
 	lease *coordinationv1.Lease
+	// nodes are the cluster's Nodes by name (a cordoned node's member is drained).
+	nodes map[string]*corev1.Node
+	// reading is what this reconcile read from the store's admin API.
+	reading storeReading
 
 	rendered  []generator.Object
 	renderErr error
@@ -336,6 +349,14 @@ func (r *Reconciler) read(ctx context.Context, s *state) error {
 	case !apierrors.IsNotFound(err):
 		return err
 	}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return err
+	}
+	s.nodes = make(map[string]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
 	return nil
 }
 
@@ -359,6 +380,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	r.masters.forget(b.UID)
+	r.seen.forget(b.UID)
 	r.Metrics.BackendGone(b.Name)
 	return ctrl.Result{}, nil
 }
@@ -511,47 +533,6 @@ func (r *Reconciler) prune(ctx context.Context, s *state) error {
 	return nil
 }
 
-// restartStaleMembers deletes member Pods whose pod-spec hash differs from their DaemonSet's
-// (the DaemonSets update OnDelete), one at a time and only while the rest of the group is
-// ready, so at most one member per group is away. A widened nodeSelector changes no hash and
-// restarts nobody.
-func (r *Reconciler) restartStaleMembers(ctx context.Context, s *state) error {
-	b := s.backend
-	for _, o := range s.rendered {
-		ds, ok := o.(*appsv1.DaemonSet)
-		if !ok {
-			continue
-		}
-		want := ds.Spec.Template.Labels[vocab.LabelPodSpecHash]
-		component := ds.Labels[vocab.LabelComponent]
-		var stale []corev1.Pod
-		allReady := true
-		for _, p := range s.memberPods {
-			if p.Labels[vocab.LabelComponent] != component {
-				continue
-			}
-			if !p.DeletionTimestamp.IsZero() {
-				allReady = false // a member is already away
-				continue
-			}
-			if p.Labels[vocab.LabelPodSpecHash] != want {
-				stale = append(stale, p)
-			} else if !podReady(&p) {
-				allReady = false
-			}
-		}
-		if len(stale) == 0 || !allReady {
-			continue
-		}
-		p := stale[0]
-		if err := r.Client.Delete(ctx, &p); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-		r.Recorder.Eventf(b, &p, corev1.EventTypeNormal, "MemberRestarted", "Delete", "deleted member Pod %s: its pod spec is stale (%d stale in %s)", p.Name, len(stale), ds.Name)
-	}
-	return nil
-}
-
 func compareStrings(a, b string) int {
 	switch {
 	case a < b:
@@ -611,4 +592,18 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, b *kvv1.KVCacheBac
 		return client.IgnoreNotFound(err)
 	}
 	return nil
+}
+
+// cordonChanged passes a Node whose schedulability changed (kubectl cordon, uncordon, drain).
+func cordonChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Node)
+			n, ok2 := e.ObjectNew.(*corev1.Node)
+			return ok1 && ok2 && o.Spec.Unschedulable != n.Spec.Unschedulable
+		},
+	}
 }

@@ -28,6 +28,7 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	b := s.backend
 	b.Status.Endpoints = r.endpoints(b)
 	rd := r.readStore(ctx, s)
+	s.reading = rd
 	if rd.master == newMaster {
 		r.coldCache(s, kvv1.ColdCacheMasterRestarted, metav1.Time{Time: s.now},
 			fmt.Sprintf("the master answering at %s is a new process (its counters started over): it holds none of the objects cached before, so each of them misses (cold cache)", s.now.UTC().Format(time.RFC3339)))
@@ -39,6 +40,7 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 		r.Recorder.Eventf(b, nil, n.kind, n.reason, "Observe", "%s", n.message)
 	}
 	s.figures = figuresOf(b, rd, s.memberPods)
+	r.countLoss(s)
 	return nil
 }
 

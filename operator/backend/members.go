@@ -1,0 +1,278 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/vocab"
+)
+
+// A member's objects live in its own memory: a member that stops takes them with it, unless the
+// master moves them to the other members first (its drain API). Members drain themselves when
+// they stop (their preStop hook); the operator does not wait for that when it is the one
+// replacing a member: it drains the member through the master, says so in status.drains while
+// it runs, and deletes the Pod once the job ended (or the group's drainTimeout passed). A
+// member on a cordoned node is drained the same way and left running with nothing new written
+// to it (a drained segment takes no puts), so that whatever the node's maintenance does to it
+// loses nothing; once the node is schedulable again, the member is restarted to take writes.
+
+// drainConcurrency is how many objects the master moves at once (about one object per second
+// each, measured; more competes with the engines' own transfers).
+const drainConcurrency = 8
+
+// replaceMembers replaces stale member Pods one at a time per group, each after its objects
+// were moved, drains the members of cordoned nodes, and restarts drained members whose node is
+// schedulable again. It runs after the store was read (segments from s.reading).
+func (r *Reconciler) replaceMembers(ctx context.Context, s *state) error {
+	b := s.backend
+	m := b.Spec.Connection.Managed
+	if m == nil {
+		return nil
+	}
+	admin := r.Admin(b)
+	storeUp := admin != nil && s.reading.segmentsRead && s.reading.segErr == nil
+	kept := b.Status.Drains[:0:0]
+	busy := map[string]bool{} // groups with a member away or being drained
+	// Drains in progress first: each ends, waits, or is given up.
+	for _, d := range b.Status.Drains {
+		p := podNamed(s.memberPods, d.Pod)
+		if p == nil {
+			continue // gone meanwhile: nothing to finish
+		}
+		group := memberGroup(p)
+		busy[group] = true
+		if !storeUp {
+			kept = append(kept, d)
+			continue
+		}
+		done, err := r.finishDrain(ctx, s, admin, d, p)
+		if err != nil {
+			return err
+		}
+		if !done {
+			kept = append(kept, d)
+		}
+	}
+	b.Status.Drains = kept
+
+	// Which Pods to replace: the stale ones of each group, one at a time, while the rest of the
+	// group is ready.
+	for _, o := range s.rendered {
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		want := ds.Spec.Template.Labels[vocab.LabelPodSpecHash]
+		group := ds.Labels[vocab.LabelComponent]
+		var stale []corev1.Pod
+		allReady := true
+		for _, p := range s.memberPods {
+			if p.Labels[vocab.LabelComponent] != group {
+				continue
+			}
+			if !p.DeletionTimestamp.IsZero() {
+				allReady = false // a member is already away
+				continue
+			}
+			if p.Labels[vocab.LabelPodSpecHash] != want {
+				stale = append(stale, p)
+			} else if !podReady(&p) {
+				allReady = false
+			}
+		}
+		if len(stale) == 0 || !allReady || busy[group] {
+			continue
+		}
+		busy[group] = true
+		p := stale[0]
+		if err := r.drainOrDelete(ctx, s, admin, storeUp, &p, kvv1.DrainReplace, fmt.Sprintf("its pod spec is stale (%d stale in %s)", len(stale), ds.Name)); err != nil {
+			return err
+		}
+	}
+
+	// Cordoned nodes: drain their members; schedulable again: restart the drained ones.
+	if !storeUp {
+		return nil
+	}
+	for i := range s.memberPods {
+		p := &s.memberPods[i]
+		if !p.DeletionTimestamp.IsZero() || drainOf(b, p.Name) != nil {
+			continue
+		}
+		segs := segmentsOf(s.reading.segments, p)
+		if len(segs) == 0 {
+			continue
+		}
+		node := s.nodes[p.Spec.NodeName]
+		cordoned := node != nil && node.Spec.Unschedulable
+		drained := allDrained(segs)
+		switch {
+		case cordoned && !drained && !busy[memberGroup(p)]:
+			busy[memberGroup(p)] = true
+			if err := r.startDrain(ctx, s, admin, p, segs, kvv1.DrainCordoned); err != nil {
+				return err
+			}
+		case !cordoned && drained && node != nil:
+			if err := r.deleteMember(ctx, s, p, "its node "+p.Spec.NodeName+" is schedulable again and its segment was drained, which takes no writes: it starts again to take them"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// drainOrDelete starts the drain of a member about to be replaced, or deletes it at once when
+// there is nothing to move (no segment registered, or already drained) or the store cannot be
+// asked (a master that does not answer holds nothing to move either way).
+func (r *Reconciler) drainOrDelete(ctx context.Context, s *state, admin store.Admin, storeUp bool, p *corev1.Pod, reason, why string) error {
+	segs := segmentsOf(s.reading.segments, p)
+	if !storeUp || len(segs) == 0 || allDrained(segs) {
+		return r.deleteMember(ctx, s, p, why)
+	}
+	return r.startDrain(ctx, s, admin, p, segs, reason)
+}
+
+// startDrain asks the master to move a member's objects to the others and records the job.
+func (r *Reconciler) startDrain(ctx context.Context, s *state, admin store.Admin, p *corev1.Pod, segs []store.Segment, reason string) error {
+	b := s.backend
+	names := make([]string, len(segs))
+	for i, seg := range segs {
+		names[i] = seg.Name
+	}
+	job, err := admin.CreateDrain(ctx, names, nil, drainConcurrency)
+	switch {
+	case store.HasCode(err, store.CodeSegmentNotFound):
+		if reason == kvv1.DrainReplace {
+			return r.deleteMember(ctx, s, p, "its segment is no longer mounted")
+		}
+		return nil
+	case store.HasCode(err, store.CodeUnavailableInStatus):
+		return nil // being drained already (its own preStop hook, or a job of ours): look again later
+	case err != nil:
+		r.Metrics.ScrapeFailed(b.Name, "drain", err)
+		return nil
+	}
+	b.Status.Drains = append(b.Status.Drains, kvv1.MemberDrain{
+		Pod: p.Name, Node: p.Spec.NodeName, Segments: names, JobID: job.ID, Reason: reason, StartTime: metav1.Time{Time: s.now.Truncate(time.Second)},
+	})
+	slices.SortFunc(b.Status.Drains, func(a, b kvv1.MemberDrain) int { return strings.Compare(a.Pod, b.Pod) })
+	why := "its Pod is replaced"
+	if reason == kvv1.DrainCordoned {
+		why = "its node " + p.Spec.NodeName + " is cordoned"
+	}
+	r.Recorder.Eventf(b, p, corev1.EventTypeNormal, "MemberDraining", "Drain",
+		"moving the objects of member %s (%s) to the other members: %s; it takes no new writes meanwhile", p.Name, strings.Join(names, ", "), why)
+	return nil
+}
+
+// finishDrain looks at a recorded drain: when it ended (or its time is up) the member is
+// deleted (a replacement) or left drained (a cordoned node); done says the record can go.
+func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admin, d kvv1.MemberDrain, p *corev1.Pod) (done bool, err error) {
+	b := s.backend
+	job, err := admin.Drain(ctx, d.JobID)
+	switch {
+	case store.HasCode(err, store.CodeJobNotFound):
+		// A new master: it knows neither the job nor the objects.
+		job = store.DrainJob{Status: "UNKNOWN", Message: "the master that ran the job is gone"}
+	case err != nil:
+		r.Metrics.ScrapeFailed(b.Name, "drain", err)
+		return false, nil
+	}
+	timeout := drainTimeout(b, p)
+	if !job.Done() && job.Status != "UNKNOWN" {
+		if s.now.Sub(d.StartTime.Time) < timeout {
+			return false, nil
+		}
+		_ = admin.CancelDrain(ctx, d.JobID) // often refused while moves are in flight; the Pod goes either way
+		job.Message = fmt.Sprintf("given up after the group's drainTimeout (%s): %s", timeout, job.Message)
+	}
+	took := s.now.Sub(d.StartTime.Time).Round(time.Second)
+	moved := resource.NewQuantity(job.MigratedBytes, resource.BinarySI)
+	kind := corev1.EventTypeNormal
+	summary := fmt.Sprintf("moved %d object replica(s) (%s) of member %s to the other members in %s", job.SucceededUnits, moved, p.Name, took)
+	if job.FailedUnits > 0 || job.Status != store.DrainSucceeded {
+		kind = corev1.EventTypeWarning
+		summary += fmt.Sprintf("; the job ended %s with %d move(s) failed (%s): what was not moved is lost with the member when it stops (the other members may lack the room)", job.Status, job.FailedUnits, job.Message)
+	}
+	r.Recorder.Eventf(b, p, kind, "MemberDrained", "Drain", "%s", summary)
+	if d.Reason == kvv1.DrainReplace {
+		return true, r.deleteMember(ctx, s, p, "its objects were moved to the other members first")
+	}
+	return true, nil
+}
+
+func (r *Reconciler) deleteMember(ctx context.Context, s *state, p *corev1.Pod, why string) error {
+	if err := r.Client.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	now := metav1.NewTime(s.now)
+	p.DeletionTimestamp = &now // the rest of this reconcile sees it away
+	r.Recorder.Eventf(s.backend, p, corev1.EventTypeNormal, "MemberRestarted", "Delete", "deleted member Pod %s: %s", p.Name, why)
+	return nil
+}
+
+// drainTimeout is the drainTimeout of the member's group.
+func drainTimeout(b *kvv1.KVCacheBackend, p *corev1.Pod) time.Duration {
+	i, err := strconv.Atoi(strings.TrimPrefix(memberGroup(p), vocab.MemberComponentPrefix))
+	m := b.Spec.Connection.Managed
+	if err != nil || m == nil || i < 0 || i >= len(m.Members) {
+		return kvv1.DefaultDrainTimeout
+	}
+	return m.Members[i].DrainTimeoutOrDefault()
+}
+
+func memberGroup(p *corev1.Pod) string { return p.Labels[vocab.LabelComponent] }
+
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+func drainOf(b *kvv1.KVCacheBackend, pod string) *kvv1.MemberDrain {
+	for i := range b.Status.Drains {
+		if b.Status.Drains[i].Pod == pod {
+			return &b.Status.Drains[i]
+		}
+	}
+	return nil
+}
+
+// segmentsOf are the segments a member Pod mounted: named after its IP (MOONCAKE_LOCAL_HOSTNAME
+// is the Pod IP).
+func segmentsOf(segments []store.Segment, p *corev1.Pod) []store.Segment {
+	if p.Status.PodIP == "" {
+		return nil
+	}
+	var out []store.Segment
+	for _, seg := range segments {
+		if i := strings.LastIndex(seg.Name, ":"); i > 0 && seg.Name[:i] == p.Status.PodIP {
+			out = append(out, seg)
+		}
+	}
+	return out
+}
+
+func allDrained(segs []store.Segment) bool {
+	for _, s := range segs {
+		if s.Status != store.SegmentDrained {
+			return false
+		}
+	}
+	return len(segs) > 0
+}

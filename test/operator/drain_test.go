@@ -1,0 +1,98 @@
+package operator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+)
+
+// A member the operator replaces leaves with its objects moved: the master drains it first (the
+// job is in status.drains while it runs), and the Pod is deleted only once the job ended, with
+// an event saying what moved. A member whose node is cordoned is drained and kept; once the node
+// is schedulable again it is restarted, to take writes again.
+func TestMembersAreDrainedBeforeTheyGo(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "drains", storetest.FakeOptions{MultiTenancy: true})
+	create(t, walkthroughBackend("drains"))
+	p0 := memberPod(t, "drains", 0, 0, "10.7.0.10")
+	p1 := memberPod(t, "drains", 0, 1, "10.7.0.11")
+	fake.MountSegment("10.7.0.10:15400", 8<<30, "tcp")
+	fake.MountSegment("10.7.0.11:15400", 8<<30, "tcp")
+	eventuallyBackend(t, "drains", "both members mounted", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Members) == 2 })
+	gone := func(p *corev1.Pod) bool {
+		live := &corev1.Pod{}
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(p), live) != nil || live.DeletionTimestamp != nil
+	}
+
+	updateBackend(t, "drains", func(b *kvv1.KVCacheBackend) {
+		b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("16Gi")
+	})
+	var job string
+	b := eventuallyBackend(t, "drains", "a drain of the first stale member", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 1 })
+	d := b.Status.Drains[0]
+	assert.Equal(t, kvv1.DrainReplace, d.Reason)
+	assert.Equal(t, []string{"10.7.0.10:15400"}, d.Segments, "the first stale member, by name")
+	require.Len(t, fake.DrainJobs(), 1)
+	job = fake.DrainJobs()[0]
+	assert.Equal(t, job, d.JobID)
+	time.Sleep(time.Second) // several reconciles while the job runs
+	assert.False(t, gone(p0), "the member stays while its objects move")
+	assert.False(t, gone(p1))
+
+	fake.SetDrain(job, storetest.DrainProgress{Status: store.DrainSucceeded, Succeeded: 40, MigratedBytes: 40 << 20})
+	require.Eventually(t, func() bool { return gone(p0) }, wait, 100*time.Millisecond, "deleted once drained")
+	assert.False(t, gone(p1), "one member at a time")
+	require.Eventually(t, func() bool {
+		return len(eventNotes(t, "MemberDrained", "drains")) > 0
+	}, wait, 100*time.Millisecond)
+	assert.Contains(t, strings.Join(eventNotes(t, "MemberDrained", "drains"), "\n"), "moved 40 object replica(s) (40Mi) of member drains-member-0-0 to the other members")
+	eventuallyBackend(t, "drains", "the finished drain leaves status", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 0 })
+}
+
+func TestACordonedNodesMemberIsDrainedAndRestartedWhenItIsBack(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "cordon", storetest.FakeOptions{MultiTenancy: true})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-cordon"}}
+	require.NoError(t, env.Client.Create(ctx, node))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
+	create(t, walkthroughBackend("cordon"))
+	p := memberPod(t, "cordon", 0, 0, "10.8.0.10")
+	memberPod(t, "cordon", 0, 1, "10.8.0.11")
+	// memberPod names its node node-<n>; this one runs on the node the test cordons.
+	live := &corev1.Pod{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(p), live))
+	fake.MountSegment("10.8.0.10:15400", 8<<30, "tcp")
+	fake.MountSegment("10.8.0.11:15400", 8<<30, "tcp")
+	eventuallyBackend(t, "cordon", "both members mounted", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Members) == 2 })
+
+	n0 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: live.Spec.NodeName}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	require.NoError(t, env.Client.Create(ctx, n0))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), n0) })
+	b := eventuallyBackend(t, "cordon", "the cordoned node's member drained", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 1 })
+	assert.Equal(t, kvv1.DrainCordoned, b.Status.Drains[0].Reason)
+	assert.Equal(t, live.Spec.NodeName, b.Status.Drains[0].Node)
+	fake.SetDrain(b.Status.Drains[0].JobID, storetest.DrainProgress{Status: store.DrainSucceeded, Succeeded: 10, MigratedBytes: 10 << 20})
+	eventuallyBackend(t, "cordon", "the drain done", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 0 })
+	time.Sleep(time.Second)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(p), live))
+	assert.Nil(t, live.DeletionTimestamp, "a drained member on a cordoned node keeps running: nothing is written to it")
+
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(n0), n0))
+	n0.Spec.Unschedulable = false
+	require.NoError(t, env.Client.Update(ctx, n0))
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(p), live) != nil || live.DeletionTimestamp != nil
+	}, wait, 100*time.Millisecond, "uncordoned: the drained member restarts to take writes")
+}
