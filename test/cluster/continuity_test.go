@@ -245,3 +245,125 @@ func (w *walk) leaderChange(t *testing.T) {
 	})
 	require.NoError(t, env.kube.Get(ctx, client.ObjectKeyFromObject(b), b))
 }
+
+// memberPods are the store's member Pods that are not stopping.
+func memberPodsByNode(t *testing.T) map[string]corev1.Pod {
+	t.Helper()
+	l, err := env.client.CoreV1().Pods(systemNS).List(context.Background(), metav1.ListOptions{
+		LabelSelector: vocab.LabelInstance + "=" + backendName + "," + vocab.LabelComponent + "=" + vocab.MemberComponentPrefix + "0"})
+	require.NoError(t, err)
+	out := map[string]corev1.Pod{}
+	for _, p := range l.Items {
+		if p.DeletionTimestamp.IsZero() {
+			out[p.Spec.NodeName] = p
+		}
+	}
+	return out
+}
+
+func lostObjects(b *kvv1.KVCacheBackend) int64 {
+	if b.Status.Lost == nil {
+		return 0
+	}
+	return b.Status.Lost.Objects
+}
+
+// memberChange changes the member group's Pod template (an extraEnv entry): admission says the
+// members are replaced, draining first; every member is replaced, one at a time, each after the
+// master moved its objects to the other; every probe object reads back, none wrong, and the
+// store counts no loss.
+func (w *walk) memberChange(t *testing.T) {
+	ctx := context.Background()
+	pr := startProbe(t, "probe-members")
+	before := memberPodsByNode(t)
+	require.Len(t, before, 2, "a member on each node")
+	lostBefore := lostObjects(getBackend(t, backendName))
+	t0 := time.Now()
+	out := kubectl(t, nil, "patch", "kvcb", backendName, "--type=json", "-p",
+		`[{"op":"add","path":"/spec/connection/managed/members/0/extraEnv","value":[{"name":"KVCACHE_E2E_MEMBER_CHANGE","value":"1"}]}]`)
+	assert.Contains(t, out, "replaces the members of group 0", "kubectl shows the admission warning: %s", out)
+	drained := map[string]bool{}
+	eventually(t, 6*time.Minute, time.Second, "every member replaced, one at a time, and registered again", func() (bool, string) {
+		b := getBackend(t, backendName)
+		for _, d := range b.Status.Drains {
+			drained[d.Pod] = true
+		}
+		now := memberPodsByNode(t)
+		replaced := 0
+		for node, p := range now {
+			if old, ok := before[node]; ok && old.UID != p.UID {
+				replaced++
+			}
+		}
+		ok, msg := backendReady(b, w.full)
+		return replaced == len(before) && ok, fmt.Sprintf("%d of %d replaced; %s; drains %v", replaced, len(before), msg, b.Status.Drains)
+	})
+	took := time.Since(t0)
+	assert.Len(t, drained, 2, "each replaced member was drained first (status.drains named it): %v", drained)
+	r := pr.mustRead(t)
+	assert.Equal(t, probeObjects, r.Kept, "every object reads back after every member was replaced: %+v", r)
+	assert.Equal(t, lostBefore, lostObjects(getBackend(t, backendName)), "the store counted no loss")
+	notes := backendEvents(ctx, t, "MemberDrained")
+	record(t, "member group Pod template changed: both members replaced one at a time, each drained first, in %s; probe objects kept %d/%d, wrong %d; %s",
+		took.Round(time.Second), r.Kept, probeObjects, r.Wrong, strings.Join(notes, "; "))
+}
+
+// nodeDrain is `kubectl drain` of the node whose member does not serve the probe: the operator
+// drains that member when the node is cordoned; the member then stops (as the node's
+// maintenance would stop it) and every probe object still reads back, none wrong.
+func (w *walk) nodeDrain(t *testing.T) {
+	ctx := context.Background()
+	pr := startProbe(t, "probe-drain")
+	probePod, err := env.client.CoreV1().Pods(bindingNS).Get(ctx, pr.name, metav1.GetOptions{})
+	require.NoError(t, err)
+	members := memberPodsByNode(t)
+	var node string
+	for n := range members {
+		if n != probePod.Spec.NodeName {
+			node = n
+		}
+	}
+	require.NotEmpty(t, node, "a node without the probe: %v", members)
+	lostBefore := lostObjects(getBackend(t, backendName))
+	t0 := time.Now()
+	kubectl(t, nil, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=3m")
+	t.Cleanup(func() { _, _ = kubectlOut(context.Background(), nil, "uncordon", node) })
+	var drainedAt time.Duration
+	eventually(t, 5*time.Minute, time.Second, "the cordoned node's member drained", func() (bool, string) {
+		b := getBackend(t, backendName)
+		for _, m := range b.Status.Members {
+			if m.Node == node {
+				return m.Status == "DRAINED" && len(b.Status.Drains) == 0, fmt.Sprintf("member on %s: %s; drains %v", node, m.Status, b.Status.Drains)
+			}
+		}
+		return false, "no member on " + node
+	})
+	drainedAt = time.Since(t0)
+	// The node's maintenance stops its member: its objects are elsewhere by now.
+	victim := members[node]
+	require.NoError(t, deletePod(ctx, systemNS, victim.Name, 30))
+	eventually(t, 2*time.Minute, time.Second, "the member stopped", func() (bool, string) {
+		_, err := env.client.CoreV1().Pods(systemNS).Get(ctx, victim.Name, metav1.GetOptions{})
+		return err != nil, "still there"
+	})
+	r := pr.mustRead(t)
+	assert.Equal(t, probeObjects, r.Kept, "every object reads back after the drained node's member stopped: %+v", r)
+	assert.Equal(t, lostBefore, lostObjects(getBackend(t, backendName)), "the store counted no loss")
+	kubectl(t, nil, "uncordon", node)
+	eventually(t, 3*time.Minute, time.Second, "the store Ready with full capacity again", func() (bool, string) {
+		return backendReady(getBackend(t, backendName), w.full)
+	})
+	record(t, "kubectl drain of %s: its member drained in %s (cordon to DRAINED), then stopped; probe objects kept %d/%d, wrong %d", node, drainedAt.Round(time.Second), r.Kept, probeObjects, r.Wrong)
+}
+
+// backendEvents are the notes of the backend's Events with reason.
+func backendEvents(ctx context.Context, t *testing.T, reason string) []string {
+	t.Helper()
+	l, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + backendName})
+	require.NoError(t, err)
+	var out []string
+	for _, e := range l.Items {
+		out = append(out, e.Message)
+	}
+	return out
+}

@@ -99,6 +99,8 @@ func TestWalkthrough(t *testing.T) {
 	w.step(t, "helm upgrade keeps the certificate and admission", w.upgrade)
 	w.step(t, "helm upgrade to another operator tag replaces no store Pod and keeps every object", w.operatorUpgrade)
 	w.step(t, "a leader Pod template change at 3 replicas is one graceful handover", w.leaderChange)
+	w.step(t, "a member group change replaces every member with its objects moved", w.memberChange)
+	w.step(t, "kubectl drain of a node: its member drained before it stops, nothing lost", w.nodeDrain)
 	w.step(t, "helm uninstall before the objects: refused, nothing stranded", w.uninstallFirst)
 	w.step(t, "the objects deleted, then helm uninstall: nothing left", w.deleteThenUninstall)
 	w.step(t, "helm install without --wait: the catalog, the walkthrough again, then both removed", w.installWithoutWait)
