@@ -64,6 +64,23 @@ type KVCachePoolStatus struct {
 	// +optional
 	// +listType=atomic
 	UsedBy []ObjectReference `json:"usedBy,omitempty"`
+	// Releasing are the tenants of deleted Bindings that still own objects on the master: the
+	// ones a reader holds a lease on, which the master removes only once the lease ends (its
+	// default_kv_lease_ttl after the last read). The pool removes them, and the ledger entry,
+	// as soon as the master allows it; nothing waits for it.
+	// +optional
+	// +listType=map
+	// +listMapKey=tenant
+	Releasing []ReleasingTenant `json:"releasing,omitempty"`
+}
+
+// ReleasingTenant is the tenant of a deleted Binding whose last objects are still leased.
+type ReleasingTenant struct {
+	Tenant string `json:"tenant"`
+	// Binding that registered it (namespace/name).
+	Binding string `json:"binding"`
+	// Since is when the Binding's deletion released it.
+	Since metav1.Time `json:"since"`
 }
 
 // KVCachePool is a quota over exactly one KVCacheBackend, granted to namespaces by

@@ -193,6 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.readLedger,
 		r.convergeLedger,
 		r.releaseBindings,
+		r.finishReleases,
 		r.readTenantFigures,
 	} {
 		if err := phase(ctx, s); err != nil {
@@ -232,51 +233,60 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// releasePool deletes the ledger entries of the pool's Bindings, recording in s.pending what
-// still holds the pool.
+// releasePool releases the tenants of the pool's Bindings from the backend's master (closed,
+// emptied and deleted as a deleted Binding's are; see releaseTenant), and the tenants left
+// releasing, recording in s.pending what still holds the pool. Every wait ends: after
+// poolReleaseBound the pool goes, saying what it leaves on the master.
 func (r *Reconciler) releasePool(ctx context.Context, s *state) error {
 	if s.backend == nil || s.noLedger || s.storeGoing() {
 		return nil // no master, one that keeps no ledger, or one going away with its ledger
 	}
-	var registered []*kvv1.KVCachePoolBinding
+	var tenants []string
 	for _, b := range s.bindings {
 		// Only entries the operator registered: a Binding holding its domain, with the finalizer
 		// put on before its first ledger write.
 		if s.holds(b) && controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
-			registered = append(registered, b)
+			tenants = append(tenants, b.DomainName())
 		}
 	}
-	if len(registered) == 0 {
+	for _, rt := range s.pool.Status.Releasing {
+		tenants = append(tenants, rt.Tenant)
+	}
+	if len(tenants) == 0 {
 		return nil
 	}
+	waited := s.now.Sub(s.pool.DeletionTimestamp.Time)
+	var waitingFor string
 	if s.ledger == nil {
-		s.pending = fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read (%s), so the pool's tenants cannot be released yet", s.backend.Name, errString(s.ledgerErr))
-		return nil
-	}
-	var notEmpty, failed []string
-	for _, b := range registered {
-		if _, ok := s.ledger[b.DomainName()]; !ok {
-			continue
-		}
-		err := s.admin.DeleteTenant(ctx, b.DomainName())
-		if !store.HasCode(err, store.CodeObjectNotFound) {
-			r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
+		waitingFor = fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read (%s), so the pool's tenants cannot be released yet", s.backend.Name, errString(s.ledgerErr))
+	} else {
+		var leased, failed []string
+		for _, t := range tenants {
+			rel, err := r.releaseTenant(ctx, s, t)
+			switch {
+			case err != nil:
+				failed = append(failed, fmt.Sprintf("%s (%s)", t, operator.Describe(err)))
+			case rel.left:
+				leased = append(leased, t)
+			}
 		}
 		switch {
-		case store.HasCode(err, store.CodeTenantNotEmpty):
-			notEmpty = append(notEmpty, b.DomainName())
-		case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
-			failed = append(failed, fmt.Sprintf("%s (%s)", b.DomainName(), operator.Describe(err)))
-		default:
-			delete(s.ledger, b.DomainName())
+		case len(failed) > 0:
+			waitingFor = "releasing tenants failed: " + strings.Join(failed, ", ")
+		case len(leased) > 0:
+			waitingFor = fmt.Sprintf("tenant(s) %s: their objects were removed but those readers hold a lease on, which the master removes once the lease ends (default_kv_lease_ttl after the last read)", strings.Join(leased, ", "))
 		}
 	}
-	switch {
-	case len(failed) > 0:
-		s.pending = "deleting ledger entries failed: " + strings.Join(failed, ", ")
-	case len(notEmpty) > 0:
-		s.pending = fmt.Sprintf("tenant(s) %s still own objects on KVCacheBackend %s (TENANT_NOT_EMPTY); their entries are deleted once the objects expire or are evicted, retried every %s", strings.Join(notEmpty, ", "), s.backend.Name, r.PollInterval)
+	if waitingFor == "" {
+		s.pool.Status.Releasing = nil
+		return nil
 	}
+	if waited < poolReleaseBound {
+		s.pending = fmt.Sprintf("%s; the pool waits at most %s for it (%s so far), retried every %s", waitingFor, poolReleaseBound, waited.Round(time.Second), r.PollInterval)
+		return nil
+	}
+	r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, "TenantsLeft", "Release",
+		"gave up after %s: %s; what stays on the master of KVCacheBackend %s (closed to writes) goes when it restarts", poolReleaseBound, waitingFor, s.backend.Name)
 	return nil
 }
 
@@ -469,25 +479,21 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 			// The master goes with its backend, ledger and objects included: a tenant still
 			// owning objects would otherwise hold its Binding, the pool and so the backend.
 		} else if s.ledger != nil && s.holds(b) {
-			err := s.admin.DeleteTenant(ctx, b.DomainName())
-			if !store.HasCode(err, store.CodeObjectNotFound) {
-				r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
-			}
-			switch {
-			case store.HasCode(err, store.CodeTenantNotEmpty):
-				operator.SetCondition(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonTenantNotEmpty,
-					fmt.Sprintf("tenant %s still owns objects on KVCacheBackend %s (TENANT_NOT_EMPTY); the entry is deleted once they expire or are evicted, retried every %s", b.DomainName(), s.backend.Name, r.PollInterval))
-				continue
-			case err != nil && !store.HasCode(err, store.CodeObjectNotFound):
-				operator.SetConditionOnce(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerWriteFailed, operator.Describe(err))
+			if ok, err := r.releaseBinding(ctx, s, b); err != nil || !ok {
+				if err != nil {
+					return err
+				}
 				continue
 			}
-			delete(s.ledger, b.DomainName())
 		} else if s.ledger == nil && !s.noLedger && s.backend != nil {
-			// The ledger cannot be read: wait rather than leave an entry behind.
-			operator.SetConditionOnce(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
-				fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read, so the entry cannot be released yet; its QuotaLedgerAvailable condition says why", s.pool.Name))
-			continue
+			// The ledger cannot be read: wait rather than leave an entry behind, for a while.
+			if waited := s.now.Sub(b.DeletionTimestamp.Time); waited < poolReleaseBound {
+				operator.SetConditionOnce(&b.Status.Conditions, b.Generation, kvv1.ConditionReleasable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
+					fmt.Sprintf("the tenant ledger behind KVCachePool %s cannot be read, so the tenant cannot be released yet (its QuotaLedgerAvailable condition says why); the Binding waits at most %s for it", s.pool.Name, poolReleaseBound))
+				continue
+			}
+			r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "TenantLeft", "Release",
+				"the tenant ledger behind KVCachePool %s stayed unreadable for %s: the Binding goes, and tenant %s with its objects stays on the master of KVCacheBackend %s until it restarts (its ledger seed holds no entry for it then)", s.pool.Name, poolReleaseBound, b.DomainName(), s.backend.Name)
 		}
 		if err := r.removeFinalizer(ctx, b); err != nil {
 			return err

@@ -58,9 +58,9 @@ func hasPUT(reqs []string, tenant string) bool {
 
 // Step 2: the pool resolves its backend and publishes its Client endpoint; each Binding gets
 // the ledger finalizer, its tenant registered with its ceiling, and reports the grant the store
-// computed. Releasing a Binding deletes its entry; a tenant still holding objects keeps the
-// Binding, Releasable False, until it is empty. Entries the operator did not register are never
-// touched.
+// computed. Deleting a Binding removes its tenant's objects and its entry, within seconds; the
+// objects a reader leases stay until the lease ends and are removed then. Entries the operator
+// did not register are never touched.
 func TestLedgerConvergesFromBindings(t *testing.T) {
 	ctx := context.Background()
 	fake := fakeStore(t, "ledger", storetest.FakeOptions{MultiTenancy: true, Tenants: map[string]int64{"someone-else": 1 << 30}})
@@ -107,17 +107,26 @@ func TestLedgerConvergesFromBindings(t *testing.T) {
 	assert.Equal(t, kvv1.PhaseReady, gotPool.Status.Phase)
 	assert.Equal(t, []string{"team-a-chat", "team-b-chat"}, gotPool.Status.Domains)
 
-	// Release: a tenant that owns objects holds its Binding.
-	fake.SetCharged("team-b-chat", 4096)
-	require.NoError(t, env.Client.Delete(ctx, second))
-	held := eventuallyBinding(t, "team-b", "team-b", "Releasable False", func(b *kvv1.KVCachePoolBinding) bool {
-		return condition(b.Status.Conditions, kvv1.ConditionReleasable).Reason == "TenantNotEmpty"
-	})
-	assert.Contains(t, condition(held.Status.Conditions, kvv1.ConditionReleasable).Message, "TENANT_NOT_EMPTY")
-	fake.SetCharged("team-b-chat", 0)
+	// Release: deleting a Binding removes its tenant's objects and then the tenant, within
+	// seconds, whatever they hold; what a reader leases right now stays until the lease ends,
+	// and the pool removes it then (status.releasing).
+	fake.SetObjects("team-b-chat", 40, 40<<16)
+	fake.LeaseObjects("team-b-chat", 3, 3<<16)
+	t0 := time.Now()
 	deleteAndWait(t, second)
+	released := time.Since(t0)
+	assert.Less(t, released, 10*time.Second, "the Binding goes within seconds")
+	assert.Contains(t, strings.Join(eventNotes(t, "TenantReleased", "team-b"), "\n"),
+		"removed 37 object(s) (2368Ki) of tenant team-b-chat from KVCacheBackend ledger; 192Ki that readers hold a lease on stay until the lease ends (default_kv_lease_ttl after their last read): KVCachePool ledger-pool removes them and the tenant then (status.releasing)")
+	gotPool = eventuallyPool(t, "ledger-pool", "the leased rest releasing", func(p *kvv1.KVCachePool) bool { return len(p.Status.Releasing) == 1 })
+	assert.Equal(t, "team-b-chat", gotPool.Status.Releasing[0].Tenant)
+	assert.Equal(t, "team-b/team-b", gotPool.Status.Releasing[0].Binding)
+	assert.Equal(t, int64(1), fake.PolicyFile()["team-b-chat"], "closed to writes meanwhile (a quota of one byte)")
+	fake.LeaseObjects("team-b-chat", 0, 0) // the lease ends
+	eventuallyPool(t, "ledger-pool", "released", func(p *kvv1.KVCachePool) bool { return len(p.Status.Releasing) == 0 })
 	_, stillThere := fake.PolicyFile()["team-b-chat"]
 	assert.False(t, stillThere, "the released tenant's entry is deleted")
+	t.Logf("a Binding with 40 objects (3 leased) deleted in %s; its tenant gone once the lease ended", released.Round(10*time.Millisecond))
 	assert.Equal(t, int64(1<<30), fake.PolicyFile()["someone-else"], "a foreign entry is never touched")
 }
 
