@@ -479,10 +479,7 @@ func (r *Reconciler) releaseBindings(ctx context.Context, s *state) error {
 			// The master goes with its backend, ledger and objects included: a tenant still
 			// owning objects would otherwise hold its Binding, the pool and so the backend.
 		} else if s.ledger != nil && s.holds(b) {
-			if ok, err := r.releaseBinding(ctx, s, b); err != nil || !ok {
-				if err != nil {
-					return err
-				}
+			if !r.releaseBinding(ctx, s, b) {
 				continue
 			}
 		} else if s.ledger == nil && !s.noLedger && s.backend != nil {

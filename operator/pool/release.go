@@ -83,13 +83,14 @@ func (r *Reconciler) releaseTenant(ctx context.Context, s *state, tenant string)
 }
 
 // releaseBinding releases a deleted Binding's tenant and says what it did, naming the Pods
-// that still write under it. It reports whether the Binding may go.
-func (r *Reconciler) releaseBinding(ctx context.Context, s *state, b *kvv1.KVCachePoolBinding) (bool, error) {
+// that still write under it. It reports whether the Binding may go (a failed store call is
+// retried with the next poll).
+func (r *Reconciler) releaseBinding(ctx context.Context, s *state, b *kvv1.KVCachePoolBinding) bool {
 	tenant := b.DomainName()
 	rel, err := r.releaseTenant(ctx, s, tenant)
 	if err != nil {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "LedgerWriteFailed", "Release", "releasing tenant %s on KVCacheBackend %s failed: %v; retried every %s", tenant, s.backend.Name, err, r.PollInterval)
-		return false, nil
+		return false
 	}
 	msg := fmt.Sprintf("removed %d object(s) (%s) of tenant %s from KVCacheBackend %s", rel.removed, bytesOf(rel.removedBytes), tenant, s.backend.Name)
 	if rel.left {
@@ -100,7 +101,7 @@ func (r *Reconciler) releaseBinding(ctx context.Context, s *state, b *kvv1.KVCac
 	}
 	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "TenantReleased", "Release", "%s", msg)
 	r.tellUsers(ctx, b, tenant)
-	return true, nil
+	return true
 }
 
 // tellUsers names, on the Binding and on each injected one, the Pods that still use a released
