@@ -81,7 +81,7 @@ func Live(ctx context.Context, c client.Client, o LiveOptions) (*Report, error) 
 		now = o.Now
 	}
 	l := &live{c: c, o: o, r: &Report{}, now: now()}
-	for _, step := range []func(context.Context) error{l.webhooks, l.answers, l.managerLease, l.backends, l.bindings, l.drift, l.deployments} {
+	for _, step := range []func(context.Context) error{l.webhooks, l.answers, l.managerLease, l.backends, l.bindings, l.drift, l.leftAlone, l.deployments} {
 		if err := step(ctx); err != nil {
 			return nil, err
 		}
@@ -526,6 +526,26 @@ func (l *live) drift(ctx context.Context) error {
 			l.r.warn("pod.drift", object, sentence("Its injected configuration is not what injection writes now: "+strings.Join(diffs, "; ")), rollFix(p))
 		default:
 			l.r.pass("pod.drift", object, "Its injected configuration is what injection writes now.")
+		}
+	}
+	return nil
+}
+
+// leftAlone: a Pod that carries the contract's annotations with an inject label other than
+// "true" was never injected, and no webhook saw it (injection.LeftAlone).
+func (l *live) leftAlone(ctx context.Context) error {
+	pods := &corev1.PodList{}
+	opts := append(l.inNamespace(), client.HasLabels{vocab.LabelInject})
+	if err := l.c.List(ctx, pods, opts...); err != nil {
+		return fmt.Errorf("list Pods: %w", err)
+	}
+	sort.Slice(pods.Items, func(i, j int) bool {
+		return pods.Items[i].Namespace+"/"+pods.Items[i].Name < pods.Items[j].Namespace+"/"+pods.Items[j].Name
+	})
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if w := injection.LeftAlone(p); w != "" {
+			l.r.fail("pod.optIn", "Pod/"+p.Namespace+"/"+p.Name, sentence(w), "fix the label on the workload's Pod template, then roll it; injection runs only when a Pod is created.")
 		}
 	}
 	return nil

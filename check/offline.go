@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
@@ -23,13 +24,14 @@ type PodInput struct {
 }
 
 // Offline reports what the admission webhooks would answer if the manifests were applied to a
-// cluster holding cluster: every rule on each of this API's objects in creates and models, and
-// the injection of every opted-in Pod, with the same messages and warnings.
-// The Pods resolve against everything, the manifests' own objects included, as they would once
-// applied.
-func Offline(ctx context.Context, cluster, creates objects.Set, models []kvv1.ModelDeployment, pods []PodInput, inj *injection.Injector, o objects.FileOptions) (*Report, error) {
+// cluster holding a.Cluster: every rule on each of this API's objects in the manifests, judged as
+// an update of the object the cluster holds under the same kind and name and as a create
+// otherwise, and the injection of every opted-in Pod, with the same messages and warnings. A
+// Pod that carries the contract's annotations but an inject label admission never sees
+// (injection.LeftAlone) fails. The Pods resolve against the cluster as the manifests leave it.
+func Offline(ctx context.Context, a rules.Apply, pods []PodInput, inj *injection.Injector) (*Report, error) {
 	r := &Report{}
-	judged, err := rules.JudgeCreates(ctx, cluster, creates, models, o)
+	judged, err := rules.JudgeApply(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -42,12 +44,19 @@ func Offline(ctx context.Context, cluster, creates objects.Set, models []kvv1.Mo
 			r.warn("admission", object, sentence(w), "")
 		}
 		if len(j.Verdict.Errors) == 0 && len(j.Verdict.Warnings) == 0 {
-			r.pass("admission", object, "Admitted by every admission rule.")
+			msg := "Admitted by every admission rule."
+			if j.Update {
+				msg = "Admitted by every admission rule, as an update of the object the cluster holds."
+			}
+			r.pass("admission", object, msg)
 		}
 	}
-	all := objects.NewFiles(cluster.Concat(creates), o)
+	all := objects.NewFiles(a.Applied(), a.Options)
 	for _, p := range pods {
 		if !injection.OptedIn(p.Pod) {
+			if w := injection.LeftAlone(p.Pod); w != "" {
+				r.fail("injection", p.Object, sentence(w), "")
+			}
 			continue
 		}
 		res, err := inj.Inject(ctx, p.Pod, p.Namespace, all)
@@ -66,6 +75,40 @@ func Offline(ctx context.Context, cluster, creates objects.Set, models []kvv1.Mo
 		r.pass("injection", p.Object, fmt.Sprintf("Injected for %s through KVCachePoolBinding %s (%s vehicle, tenant %s).", engineName(rec.Engine), rec.Binding, rec.Vehicle, rec.Domain))
 	}
 	return r, nil
+}
+
+// Held reads the objects of this API a cluster holds, as --cluster files would give them: every
+// backend, pool, Binding (all namespaces), InstanceType, Setting and ModelDeployment, each
+// defaulted as the API server defaults it.
+func Held(ctx context.Context, c client.Reader) (objects.Set, []kvv1.ModelDeployment, error) {
+	var set objects.Set
+	backends, pools, bindings := &kvv1.KVCacheBackendList{}, &kvv1.KVCachePoolList{}, &kvv1.KVCachePoolBindingList{}
+	types, settings, models := &kvv1.InstanceTypeList{}, &kvv1.SettingList{}, &kvv1.ModelDeploymentList{}
+	for _, l := range []client.ObjectList{backends, pools, bindings, types, settings, models} {
+		if err := c.List(ctx, l); err != nil {
+			return set, nil, fmt.Errorf("read the cluster's %T: %w", l, err)
+		}
+	}
+	for i := range backends.Items {
+		backends.Items[i].Default()
+	}
+	for i := range pools.Items {
+		pools.Items[i].Default()
+	}
+	for i := range bindings.Items {
+		bindings.Items[i].Default()
+	}
+	for i := range types.Items {
+		types.Items[i].Default()
+	}
+	for i := range settings.Items {
+		settings.Items[i].Default()
+	}
+	for i := range models.Items {
+		models.Items[i].Default()
+	}
+	set = objects.Set{Backends: backends.Items, Pools: pools.Items, Bindings: bindings.Items, InstanceTypes: types.Items, Settings: settings.Items}
+	return set, models.Items, nil
 }
 
 func engineName(id string) string {

@@ -29,10 +29,10 @@ type Patch []gomodpatch.JsonPatchOperation
 // annotations extra too (injection's record), by the engine's rules: annotations set; an
 // injected variable written in place over the first entry of its name, later entries of that
 // name removed; default variables appended only when the container does not declare them;
-// volumes and mounts appended; the fragment's args appended, then its tail flags unless the
-// container's argv already names them in a spelling the engine's parser reads. command and
-// resources never change. pod is not modified; a Pod that already carries everything gets an
-// empty patch.
+// volumes and mounts appended; the fragment's args appended, then the engine's tail
+// (ManagedTail), decided from the container's command and args as the process receives them
+// ($(NAME) expanded from the env as these edits leave it). command and resources never change.
+// pod is not modified; a Pod that already carries everything gets an empty patch.
 func (e Engine) Edits(pod *corev1.Pod, ci int, f *Fragment, extra map[string]string) Patch {
 	var p Patch
 	ann := make(map[string]string, len(f.Annotations)+len(extra))
@@ -48,13 +48,8 @@ func (e Engine) Edits(pod *corev1.Pod, ci int, f *Fragment, extra map[string]str
 	base := "/spec/containers/" + strconv.Itoa(ci)
 	p = p.env(base+"/env", c.Env, f.Env, f.DefaultEnv)
 	p = appendTo(p, base+"/volumeMounts", len(c.VolumeMounts), f.VolumeMounts)
-	args := slices.Clone(f.Args)
-	argv := slices.Concat(c.Command, c.Args)
-	for _, t := range f.TailArgs {
-		if len(e.Parser.Find(argv, t)) == 0 {
-			args = append(args, t)
-		}
-	}
+	argv := Texts(NewEnvironment(f.EnvOf(c), c.EnvFrom).Expand(slices.Concat(c.Command, c.Args)))
+	args := append(slices.Clone(f.Args), e.ManagedTail(argv)...)
 	return appendTo(p, base+"/args", len(c.Args), args)
 }
 

@@ -61,10 +61,16 @@ type Engine struct {
 	// InjectedEnv are the variables the engine's fragment writes over the container's own.
 	InjectedEnv []string
 	// OverrideEnv are variables the engine's reader prefers to the projected file's values: set
-	// anywhere, they replace what the Binding configures, silently.
+	// anywhere, they replace what the Binding configures, silently. The fragment writes them too
+	// (they are in InjectedEnv), with the Binding's values, because env wins over envFrom, where
+	// a ConfigMap's value would otherwise be read; a container's own declaration is refused.
 	OverrideEnv []string
 	// RefusedFlags are refused for another reason (RefusedFlagReasons says why).
 	RefusedFlags []string
+	// ConfigFileFlag names a file of options the engine's parser reads into its arguments
+	// (--config, a YAML file on both engines): a key there can set any flag, the owned ones
+	// included, where admission cannot see it.
+	ConfigFileFlag string
 	// Transports the engine's client accepts, in store spelling; nil means any single one.
 	Transports []string
 	// KVCacheDtypes are the --kv-cache-dtype spellings the released engine's parser accepts
@@ -75,8 +81,8 @@ type Engine struct {
 	// to the container and appears in no resources field. The vLLM family is given it as
 	// local_buffer_size (its readers' own defaults are GiB); SGLang's is its fixed default.
 	StagingBuffer int64
-	// HierarchicalCacheFlag, when set, is appended last unless the container names it: SGLang's
-	// store hangs off its host-memory tier.
+	// HierarchicalCacheFlag, when set, is appended last unless the container names it (see
+	// ManagedTail): SGLang's store hangs off its host-memory tier.
 	HierarchicalCacheFlag string
 	// Serve is how a managed deployment launches the engine on a model.
 	Serve Serve
@@ -112,6 +118,7 @@ const (
 const (
 	kvTransferConfig       = "--kv-transfer-config"
 	kvOffloadingSize       = "--kv-offloading-size"
+	configFile             = "--config"
 	hicacheStorageBackend  = "--hicache-storage-backend"
 	hicacheExtraConfig     = "--hicache-storage-backend-extra-config"
 	enableHierarchicalFlag = "--enable-hierarchical-cache"
@@ -156,16 +163,17 @@ var (
 var (
 	VLLM = Engine{
 		Name: "vLLM", ID: "vllm", Vehicle: VehicleFile, Connector: "MooncakeStoreConnector",
-		ClientMode:    ClientModeStandalone,
-		Parser:        Parser{VLLMStyle: true, Known: VLLMKnownFlags},
-		Program:       vllmProgram,
-		OwnedFlags:    []string{kvTransferConfig, DtypeFlag},
-		SourceEnv:     []string{vocab.ConfigPathEnv},
-		InjectedEnv:   []string{vocab.ConfigPathEnv},
-		RefusedFlags:  []string{kvOffloadingSize},
-		KVCacheDtypes: vllmDtypes,
-		StagingBuffer: VLLMStagingBuffer,
-		Serve:         vllmServe,
+		ClientMode:     ClientModeStandalone,
+		Parser:         Parser{VLLMStyle: true, Known: VLLMKnownFlags},
+		Program:        vllmProgram,
+		OwnedFlags:     []string{kvTransferConfig, DtypeFlag},
+		SourceEnv:      []string{vocab.ConfigPathEnv},
+		InjectedEnv:    []string{vocab.ConfigPathEnv},
+		RefusedFlags:   []string{kvOffloadingSize},
+		ConfigFileFlag: configFile,
+		KVCacheDtypes:  vllmDtypes,
+		StagingBuffer:  VLLMStagingBuffer,
+		Serve:          vllmServe,
 	}
 	VLLMAscend = Engine{
 		Name: "vLLM-Ascend", ID: "vllm-ascend", Vehicle: VehicleFile, Connector: "AscendStoreConnector",
@@ -174,23 +182,25 @@ var (
 		Program:     Program{Executable: "vllm", Engine: "vLLM-Ascend"},
 		OwnedFlags:  []string{kvTransferConfig, DtypeFlag},
 		SourceEnv:   []string{vocab.ConfigPathEnv},
-		InjectedEnv: []string{vocab.ConfigPathEnv},
+		InjectedEnv: []string{vocab.ConfigPathEnv, vocab.MasterEnv, vocab.GlobalSegmentSizeEnv},
 		// vLLM-Ascend 0.23.0.post1's MooncakeBackend reads these two over the file's
 		// master_server_address and global_segment_size.
-		OverrideEnv:   []string{vocab.MasterEnv, vocab.GlobalSegmentSizeEnv},
-		RefusedFlags:  []string{kvOffloadingSize},
-		Transports:    []string{"ascend"},
-		KVCacheDtypes: vllmAscendDtypes,
-		StagingBuffer: VLLMStagingBuffer,
-		Serve:         vllmServe,
+		OverrideEnv:    []string{vocab.MasterEnv, vocab.GlobalSegmentSizeEnv},
+		RefusedFlags:   []string{kvOffloadingSize},
+		ConfigFileFlag: configFile,
+		Transports:     []string{"ascend"},
+		KVCacheDtypes:  vllmAscendDtypes,
+		StagingBuffer:  VLLMStagingBuffer,
+		Serve:          vllmServe,
 	}
 	SGLang = Engine{
 		Name: "SGLang", ID: "sglang", Vehicle: VehicleEnvironment,
-		Parser:      Parser{Known: SGLangKnownFlags},
-		Program:     sglangProgram,
-		OwnedFlags:  []string{hicacheStorageBackend, DtypeFlag},
-		SourceFlags: []string{hicacheExtraConfig},
-		SourceEnv:   []string{vocab.SGLangConfigPathEnv},
+		Parser:         Parser{Known: SGLangKnownFlags, Aliases: SGLangAliases},
+		Program:        sglangProgram,
+		OwnedFlags:     []string{hicacheStorageBackend, DtypeFlag},
+		SourceFlags:    []string{hicacheExtraConfig},
+		ConfigFileFlag: configFile,
+		SourceEnv:      []string{vocab.SGLangConfigPathEnv},
 		InjectedEnv: []string{vocab.TenantEnv, vocab.MasterEnv, vocab.MetadataServerEnv, vocab.ProtocolEnv, vocab.DeviceEnv,
 			vocab.GlobalSegmentSizeEnv, vocab.LocalHostnameEnv},
 		KVCacheDtypes:         sglangDtypes,
@@ -283,9 +293,12 @@ func (e Engine) Owned(dtypeOwned bool) []string {
 // FlagFinding is a flag a container names that injection refuses.
 type FlagFinding struct {
 	Flag  string // the canonical flag, e.g. --kv-transfer-config
-	Token string // how the container spelled it
+	Token string // how the container spelled it (as the kubelet hands it to the process)
 	Where string // "command" or "args"
-	Class string // OwnedKey, ConfigSource, OffloadingConflict
+	Index int    // the token's index in Where
+	Class string // OwnedKey, ConfigSource, OffloadingConflict, ConfigFile
+	// From is the argument as written when the kubelet's $(NAME) expansion made Token of it.
+	From string
 }
 
 // Refusal classes for keys. They are stable: metrics count by them.
@@ -293,10 +306,16 @@ const (
 	ClassOwnedKey           = "OwnedKey"
 	ClassConfigSource       = "ConfigSource"
 	ClassOffloadingConflict = "OffloadingConflict"
+	// ClassConfigFile: a file of options (--config) admission cannot read.
+	ClassConfigFile = "ConfigFile"
+	// ClassUnseenValue: a value admission cannot read ($(NAME) from valueFrom or envFrom) where
+	// it could be a flag.
+	ClassUnseenValue = "UnseenValue"
 )
 
 // FindRefusedFlags scans command and args for every flag this engine refuses, in every
-// spelling its parser reads.
+// spelling its parser reads, and for its configuration-file flag (ClassConfigFile), which a
+// Pod may declare (the caller decides).
 func (e Engine) FindRefusedFlags(command, args []string, dtypeOwned bool) []FlagFinding {
 	var out []FlagFinding
 	check := func(flags []string, class string) {
@@ -306,7 +325,7 @@ func (e Engine) FindRefusedFlags(command, args []string, dtypeOwned bool) []Flag
 				argv []string
 			}{{"command", command}, {"args", args}} {
 				for _, i := range e.Parser.Find(part.argv, f) {
-					out = append(out, FlagFinding{Flag: f, Token: part.argv[i], Where: part.name, Class: class})
+					out = append(out, FlagFinding{Flag: f, Token: part.argv[i], Where: part.name, Index: i, Class: class})
 				}
 			}
 		}
@@ -314,16 +333,38 @@ func (e Engine) FindRefusedFlags(command, args []string, dtypeOwned bool) []Flag
 	check(e.Owned(dtypeOwned), ClassOwnedKey)
 	check(e.SourceFlags, ClassConfigSource)
 	check(e.RefusedFlags, ClassOffloadingConflict)
+	if e.ConfigFileFlag != "" {
+		check([]string{e.ConfigFileFlag}, ClassConfigFile)
+	}
 	return out
 }
 
 // Names a container argument by the flag it was read as, for messages: "--kv_transfer_config"
 // (read as --kv-transfer-config).
 func (f FlagFinding) describe() string {
-	if f.Token == f.Flag || strings.HasPrefix(f.Token, f.Flag+"=") {
-		return fmt.Sprintf("%s in %s", f.Flag, f.Where)
+	where := f.Where
+	if f.From != "" {
+		where = fmt.Sprintf("%s[%d] (%q, which the kubelet expands to %q)", f.Where, f.Index, f.From, f.Token)
 	}
-	return fmt.Sprintf("%q in %s (read by the engine as %s)", f.Token, f.Where, f.Flag)
+	if f.Token == f.Flag || strings.HasPrefix(f.Token, f.Flag+"=") {
+		return fmt.Sprintf("%s in %s", f.Flag, where)
+	}
+	return fmt.Sprintf("%q in %s (read by the engine as %s)", f.Token, where, f.Flag)
+}
+
+// Expanded records, on findings of FindRefusedFlags over expanded arguments, the argument as
+// written where expansion changed it, so the message shows both.
+func Expanded(fs []FlagFinding, command, args []string) []FlagFinding {
+	for i := range fs {
+		raw := args
+		if fs[i].Where == "command" {
+			raw = command
+		}
+		if fs[i].Index < len(raw) && raw[fs[i].Index] != fs[i].Token {
+			fs[i].From = raw[fs[i].Index]
+		}
+	}
+	return fs
 }
 
 // Message says why the finding is refused and how to fix it.
@@ -333,6 +374,9 @@ func (e Engine) Message(f FlagFinding) string {
 		return fmt.Sprintf("%s selects where %s reads its store configuration from, which would leave every injected value present and unread; remove it and let the Binding configure the store", f.describe(), e.Name)
 	case ClassOffloadingConflict:
 		return fmt.Sprintf("%s makes %s replace the injected connector with its OffloadingConnector, silently, so the container would use no shared cache; remove it (host-DRAM offloading and the shared pool are alternatives, choose one)", f.describe(), e.Name)
+	case ClassConfigFile:
+		return fmt.Sprintf("%s names a file of options %s reads into its arguments, where admission cannot see them: a key there for %s would set what injection owns or refuses, unseen; pass those options as arguments instead, where they are checked",
+			f.describe(), e.Name, orList(slices.Concat(e.OwnedFlags, e.SourceFlags, e.RefusedFlags)))
 	}
 	if f.Flag == DtypeFlag {
 		return fmt.Sprintf("%s is owned by injection: the Binding's domain fixes the KV cache dtype; remove it (or set the Setting model-deployment-kv-cache-dtype-owned to \"false\" to let containers choose)", f.describe())
@@ -340,19 +384,22 @@ func (e Engine) Message(f FlagFinding) string {
 	return fmt.Sprintf("%s is owned by injection: the Binding writes it, and a second value would be an ambiguity nothing reports; remove it", f.describe())
 }
 
-// SGLang flags a ModelDeployment's roles get instead of injection's tail.
+// SGLang's prefill/decode flags.
 const (
 	retractionBackupFlag = "--disaggregation-decode-retraction-backup"
-	disaggregationMode   = "--disaggregation-mode"
+	// DisaggregationModeFlag selects SGLang's half of a prefill/decode split.
+	DisaggregationModeFlag = "--disaggregation-mode"
 )
 
-// ManagedTail is what a ModelDeployment role's container gets after its engine fragment: on
-// SGLang, --enable-hierarchical-cache (the store hangs off the host tier), except on a Decode
-// half, where SGLang forces the radix cache off and refuses the two together, so it gets
+// ManagedTail is what a container gets after its engine fragment, decided from its own
+// arguments (argv, as the process receives them): on SGLang, --enable-hierarchical-cache (the
+// store hangs off the host tier), except on a decode half (--disaggregation-mode decode), where
+// SGLang forces the radix cache off and refuses the two together, so it gets
 // --disaggregation-decode-retraction-backup cpu_tensor instead (unset, SGLang infers a host pool
-// for retraction and meets the same check with no store at all). A role whose own arguments
-// name either flag gets neither. Other engines get nothing.
-func (e Engine) ManagedTail(role Role, argv []string) []string {
+// for retraction and meets the same check with no store at all). Arguments that name either
+// flag, in any spelling SGLang reads (--enable-hicache included), get neither. Other engines get
+// nothing. Pod injection and a ModelDeployment's roles both get it through Edits.
+func (e Engine) ManagedTail(argv []string) []string {
 	if e.HierarchicalCacheFlag == "" {
 		return nil
 	}
@@ -361,10 +408,43 @@ func (e Engine) ManagedTail(role Role, argv []string) []string {
 			return nil
 		}
 	}
-	if role == RoleDecode {
+	if mode, _ := e.DisaggregationMode(argv); mode == DisaggregationModeOf(RoleDecode) {
 		return []string{retractionBackupFlag, "cpu_tensor"}
 	}
 	return []string{e.HierarchicalCacheFlag}
+}
+
+// DisaggregationModeOf is SGLang's --disaggregation-mode value for a role: prefill, decode, or
+// "" for a plain server (SGLang's null).
+func DisaggregationModeOf(role Role) string {
+	switch role {
+	case RolePrefill:
+		return "prefill"
+	case RoleDecode:
+		return "decode"
+	}
+	return ""
+}
+
+// DisaggregationMode is the --disaggregation-mode argv selects on an engine that has one
+// (SGLang), the last one given, as argparse keeps it: its value as written ("null" reads as "",
+// a plain server), and at, the index of the argument holding the value (-1 when none does).
+func (e Engine) DisaggregationMode(argv []string) (mode string, at int) {
+	if e.HierarchicalCacheFlag == "" {
+		return "", -1
+	}
+	at = -1
+	for _, i := range e.Parser.Find(argv, DisaggregationModeFlag) {
+		if _, v, ok := strings.Cut(argv[i], "="); ok {
+			mode, at = v, i
+		} else if i+1 < len(argv) {
+			mode, at = argv[i+1], i+1
+		}
+	}
+	if mode == "null" {
+		mode = ""
+	}
+	return mode, at
 }
 
 // DisaggregationArgs selects a prefill or decode half on engines that need a flag for it
@@ -373,10 +453,15 @@ func (e Engine) DisaggregationArgs(role Role) []string {
 	if e.HierarchicalCacheFlag == "" || role == RoleNone {
 		return nil
 	}
-	if role == RolePrefill {
-		return []string{disaggregationMode, "prefill"}
+	return []string{DisaggregationModeFlag, DisaggregationModeOf(role)}
+}
+
+// orList joins names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	return []string{disaggregationMode, "decode"}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // EnvFinding is something a launch line does to the environment that injection refuses.

@@ -14,6 +14,10 @@ type Parser struct {
 	// unique prefix of a long option; an ambiguous prefix makes the engine exit with an error
 	// at start (a loud failure, not a silent one).
 	Known []string
+	// Aliases maps another spelling the parser registers for a flag to the flag
+	// (SGLang 0.5.23's --enable-hicache is --enable-hierarchical-cache): either spelling, and a
+	// unique prefix of either, is that flag.
+	Aliases map[string]string
 }
 
 // minAbbrev is the shortest abbreviation, in characters after "--", read as a flag. argparse
@@ -49,19 +53,29 @@ func (p Parser) name(token string) (name string, ok bool) {
 // flag (argparse prefers an exact match), so "--hicache-storage-backend" is not
 // "--hicache-storage-backend-extra-config". A longer different flag never matches
 // ("--kv-cache-memory-bytes" is not "--kv-cache-dtype").
+//
+// An alias is the flag it stands for: an abbreviation shared only by a flag and its aliases is
+// not ambiguous, since every reading names the same flag.
 func (p Parser) Matches(token, flag string) bool {
 	name, ok := p.name(token)
 	if !ok {
 		return false
 	}
-	if name == flag {
+	if name == flag || p.Aliases[name] == flag {
 		return true
 	}
-	if len(name) < len("--")+minAbbrev || !strings.HasPrefix(flag, name) {
+	if len(name) < len("--")+minAbbrev {
+		return false
+	}
+	prefixOf := strings.HasPrefix(flag, name)
+	for alias, of := range p.Aliases {
+		prefixOf = prefixOf || of == flag && strings.HasPrefix(alias, name)
+	}
+	if !prefixOf {
 		return false
 	}
 	for _, k := range p.Known {
-		if k != flag && strings.HasPrefix(k, name) {
+		if k != flag && p.Aliases[k] != flag && strings.HasPrefix(k, name) {
 			return false // ambiguous, or exactly another flag
 		}
 	}
@@ -89,13 +103,16 @@ func (p Parser) Find(argv []string, flag string) []int {
 }
 
 // VLLMKnownFlags are the long flags of vLLM's `vllm serve` parser that share prefixes with the flags
-// this project owns or refuses. Every such flag starts with "--kv-" (the shortest abbreviation
-// read, minAbbrev, of --kv-transfer-config, --kv-cache-dtype or --kv-offloading-size is
-// "--kv-"), so this is the whole --kv-* family of vLLM's EngineArgs (vllm/engine/arg_utils.py,
-// v0.11 onwards; --kv-offloading-*, --kv-cache-metrics* and --kv-cache-dtype-skip-layers are
-// later additions). --kv-cache-dtype is itself a prefix of --kv-cache-dtype-skip-layers, which is
-// why an exact name must win.
+// this project owns or refuses: the whole --kv-* family of vLLM's EngineArgs (the shortest
+// abbreviation read, minAbbrev, of --kv-transfer-config, --kv-cache-dtype or --kv-offloading-size
+// is "--kv-"; --kv-offloading-*, --kv-cache-metrics* and --kv-cache-dtype-skip-layers are later
+// additions), and --config with the two flags sharing its first letters (vLLM 0.29 to 0.33).
+// --kv-cache-dtype is itself a prefix of --kv-cache-dtype-skip-layers, and --config of
+// --config-format, which is why an exact name must win.
 var VLLMKnownFlags = []string{
+	"--config",
+	"--config-format",
+	"--convert",
 	"--kv-cache-dtype",
 	"--kv-cache-dtype-skip-layers",
 	"--kv-cache-memory-bytes",
@@ -110,11 +127,16 @@ var VLLMKnownFlags = []string{
 
 // SGLangKnownFlags are likewise the flags for `python3 -m sglang.launch_server` (sglang/srt/server_args.py):
 // the --hicache-* and --kv-* families, the hierarchical-cache switches, the PD-disaggregation
-// flags a ModelDeployment renders or checks, and enough of the --enable-* and --disable-*
-// families that a short abbreviation of one of those flags reads as ambiguous, as it is.
-// --hicache-storage-backend is itself a prefix of --hicache-storage-backend-extra-config, which
-// is why an exact name must win. There is no --enable-hierarchical-cache-ssd.
+// flags a ModelDeployment renders or checks, --config and the flags sharing its first letters,
+// and enough of the --enable-* and --disable-* families that a short abbreviation of one of
+// those flags reads as ambiguous, as it is. --hicache-storage-backend is itself a prefix of
+// --hicache-storage-backend-extra-config, which is why an exact name must win. There is no
+// --enable-hierarchical-cache-ssd; --enable-hicache is its alias (SGLangAliases).
 var SGLangKnownFlags = []string{
+	"--config",
+	"--constrained-json-disable-any-whitespace",
+	"--constrained-json-whitespace-pattern",
+	"--context-length",
 	"--disable-radix-cache",
 	"--disaggregation-bootstrap-port",
 	"--disaggregation-decode-enable-offload-kvcache",
@@ -126,6 +148,7 @@ var SGLangKnownFlags = []string{
 	"--disaggregation-mode",
 	"--disaggregation-transfer-backend",
 	"--enable-cache-report",
+	"--enable-hicache",
 	"--enable-hierarchical-cache",
 	"--enable-hisparse",
 	"--enable-lmcache",
@@ -146,3 +169,7 @@ var SGLangKnownFlags = []string{
 	"--kv-cache-dtype",
 	"--kv-events-config",
 }
+
+// SGLangAliases are the other spellings SGLang's parser registers for a flag: SGLang 0.5.23 adds
+// --enable-hicache for --enable-hierarchical-cache.
+var SGLangAliases = map[string]string{"--enable-hicache": "--enable-hierarchical-cache"}

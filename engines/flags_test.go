@@ -96,6 +96,15 @@ func TestParserMatchesVLLMStyle(t *testing.T) {
 		{"--kv-cache-mem", "--kv-cache-memory-bytes", true, "unique prefix"},
 		{"--kv-cache-metrics", "--kv-cache-metrics-sample", false, "the exact shorter flag wins"},
 
+		// --config names a file of options; --config-format is another flag, so only the exact
+		// name reads as it.
+		{"--config", "--config", true, "exact"},
+		{"--config=serve.yaml", "--config", true, "--f=v"},
+		{"--config.x=1", "--config", true, "a dotted member"},
+		{"--confi", "--config", false, "ambiguous with --config-format"},
+		{"--config-format", "--config", false, "another flag"},
+		{"--config_format", "--config", false, "another flag, underscored"},
+
 		// --kv-offloading-size (refused on the vLLM family).
 		{"--kv-offloading-size=8", offload, true, "--f=v"},
 		{"--kv_offloading_size", offload, true, "underscore form"},
@@ -107,7 +116,7 @@ func TestParserMatchesVLLMStyle(t *testing.T) {
 }
 
 func TestParserMatchesSGLang(t *testing.T) {
-	p := Parser{Known: SGLangKnownFlags}
+	p := SGLang.Parser
 	const backend, extra, hier, dtype, retraction = "--hicache-storage-backend", "--hicache-storage-backend-extra-config",
 		"--enable-hierarchical-cache", "--kv-cache-dtype", "--disaggregation-decode-retraction-backup"
 	runFlagMatchCases(t, p, []flagMatchCase{
@@ -150,6 +159,19 @@ func TestParserMatchesSGLang(t *testing.T) {
 		{"--kv-cache-d", dtype, true, "unique prefix on SGLang"},
 		{"--kv-", dtype, false, "ambiguous with --kv-events-config"},
 		{"--kv_cache_dtype", dtype, false, "no underscore form"},
+
+		{"--enable-hicache", hier, true, "SGLang 0.5.23's alias"},
+		{"--enable-hic", hier, true, "a unique prefix of the alias"},
+		{"--enable-hicach", hier, true, "a unique prefix of the alias"},
+		{"--enable-hi", hier, false, "ambiguous with --enable-hisparse, though the flag and its alias agree"},
+		{"--enable-hicache-x", hier, false, "a longer name is not the alias"},
+		{"--enable-hicache", "--hicache-ratio", false, "the alias is only its flag"},
+
+		{"--config", "--config", true, "exact"},
+		{"--config=/etc/sglang.yaml", "--config", true, "--f=v"},
+		{"--conf", "--config", true, "a unique prefix on SGLang, which has no --config-format"},
+		{"--con", "--config", false, "ambiguous with --constrained-json-* and --context-length"},
+		{"--config-x", "--config", false, "a longer name"},
 
 		{"--disaggregation-decode-retraction-backup=cpu_tensor", retraction, true, "--f=v"},
 		{"--disaggregation-decode-r", retraction, true, "unique prefix"},
@@ -227,12 +249,13 @@ func TestKnownFlagLists(t *testing.T) {
 		"vLLM": {VLLMKnownFlags, []string{
 			"--kv-transfer-config", "--kv-cache-dtype", "--kv-cache-memory-bytes", "--kv-events-config",
 			"--kv-offloading-size", "--kv-offloading-backend", "--kv-sharing-fast-prefill",
-			"--kv-cache-metrics", "--kv-cache-metrics-sample",
+			"--kv-cache-metrics", "--kv-cache-metrics-sample", "--config", "--config-format",
 		}},
 		"SGLang": {SGLangKnownFlags, []string{
 			"--hicache-storage-backend", "--hicache-storage-backend-extra-config", "--hicache-storage-prefetch-policy",
 			"--hicache-ratio", "--hicache-size", "--hicache-write-policy", "--hicache-io-backend", "--hicache-mem-layout",
 			"--kv-cache-dtype", "--enable-hierarchical-cache", "--disaggregation-decode-retraction-backup", "--disaggregation-mode",
+			"--config", "--enable-hicache",
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -247,4 +270,8 @@ func TestKnownFlagLists(t *testing.T) {
 		})
 	}
 	assert.NotContains(t, SGLangKnownFlags, "--enable-hierarchical-cache-ssd", "not an SGLang flag")
+	for alias, flag := range SGLangAliases {
+		assert.Contains(t, SGLangKnownFlags, alias, "an alias competes for abbreviations like any flag")
+		assert.Contains(t, SGLangKnownFlags, flag)
+	}
 }

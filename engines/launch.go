@@ -28,6 +28,10 @@ type Launch struct {
 	// ClearsEnv is the env option that starts the program with an empty environment ("-i",
 	// "--ignore-environment", "-"), "" when none does.
 	ClearsEnv string
+	// ArgsAt is the index in command+args of the first argument the program parses as its own
+	// (after the program, or after python's -m module); what comes before it (launchers, their
+	// options, the program) decides what runs. 0 for an admitted args-without-command launch.
+	ArgsAt int
 }
 
 // EnvChange is one thing an env launcher does to the environment.
@@ -140,7 +144,7 @@ func CheckLaunch(command, args []string, want Program, others []Program, forward
 			f = *g
 		}
 	}
-	l := Launch{Program: f.program, Env: w.envChanges, ClearsEnv: w.clears}
+	l := Launch{Program: f.program, Env: w.envChanges, ClearsEnv: w.clears, ArgsAt: w.progAt + 1}
 	if f.class == "" {
 		return l, nil
 	}
@@ -460,6 +464,11 @@ func (w *launchWalk) env(i int) (int, *launchFinding) {
 	}
 	for _, s := range p.seen {
 		if s == "-S" || s == "--split-string" {
+			// The split string is env's to read: the program's own arguments follow it.
+			w.progAt = p.next - 1
+			if tok := w.argv[p.next-1]; !strings.Contains(tok, "=") && (strings.HasPrefix(tok, "--") || strings.HasSuffix(tok, "S")) && p.next < len(w.argv) {
+				w.progAt = p.next
+			}
 			return 0, &launchFinding{class: LaunchEnvSplit, program: "env", message: fmt.Sprintf(
 				"the container runs %s, which splits a string into a command line admission cannot see, so nothing shows that appended arguments reach %s; run the engine without env %s, e.g. command: %s, or declare %s if the split command line passes its arguments on",
 				w.shown("env "+s), w.want.engineName(), s, launchJSON(w.want.argv()), launchDeclaration)}

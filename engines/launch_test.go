@@ -433,3 +433,29 @@ func TestCheckLaunchEnv(t *testing.T) {
 		})
 	}
 }
+
+// ArgsAt is where the program's own arguments begin: what comes before it decides what runs.
+func TestCheckLaunchSaysWhereTheProgramsOwnArgumentsBegin(t *testing.T) {
+	v, s := launchTestVLLM, launchTestSGLang
+	for _, c := range []struct {
+		name          string
+		want          Program
+		command, args []string
+		forwarded     bool
+		at            int
+	}{
+		{"the program itself", v, a("vllm"), a("serve m"), false, 1},
+		{"through launchers", v, a("tini -- env A=1 vllm"), a("serve"), false, 5},
+		{"python -m module", s, a("python3 -u -m sglang.launch_server"), a("--model-path m"), false, 4},
+		{"python -mmodule", s, a("python3 -msglang.launch_server"), nil, false, 2},
+		{"a declared script", v, a("bash /start.sh"), a("serve"), true, 2},
+		{"env -S: the split string is env's", v, a("env -S"), a("vllm_serve --port 1"), true, 3},
+		{"args without command: all of them", v, nil, a("serve m"), true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, r := CheckLaunch(c.command, c.args, c.want, launchTestOthers(c.want), c.forwarded)
+			require.Nil(t, r)
+			assert.Equal(t, c.at, l.ArgsAt)
+		})
+	}
+}

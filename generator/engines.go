@@ -40,6 +40,9 @@ type fragmentValues struct {
 	Mode            string
 	KVRole          string
 	LocalBufferSize int64
+	// EnvOverridesFile: the engine reads variables over the projected file (vLLM-Ascend's
+	// MOONCAKE_MASTER and MOONCAKE_GLOBAL_SEGMENT_SIZE), so the fragment writes them as well.
+	EnvOverridesFile bool
 }
 
 // RenderFragment renders the fragment an engine's container receives. Pod injection and
@@ -52,16 +55,17 @@ func (r *Renderer) RenderFragment(in FragmentInput) (*engines.Fragment, error) {
 		name = "engines/vllm.yaml"
 	}
 	v := fragmentValues{
-		Names:           vocab.TemplateNames(),
-		Template:        name,
-		Master:          in.Master,
-		Protocol:        in.Protocol,
-		Tenant:          in.Tenant,
-		Dtype:           in.Dtype,
-		Connector:       in.Engine.Connector,
-		Mode:            in.Engine.ClientMode,
-		KVRole:          in.Engine.KVRole(in.Role),
-		LocalBufferSize: in.Engine.StagingBuffer,
+		Names:            vocab.TemplateNames(),
+		Template:         name,
+		Master:           in.Master,
+		Protocol:         in.Protocol,
+		Tenant:           in.Tenant,
+		Dtype:            in.Dtype,
+		Connector:        in.Engine.Connector,
+		Mode:             in.Engine.ClientMode,
+		KVRole:           in.Engine.KVRole(in.Role),
+		LocalBufferSize:  in.Engine.StagingBuffer,
+		EnvOverridesFile: len(in.Engine.OverrideEnv) > 0,
 	}
 	if f, ok := r.fragments.get(v); ok {
 		return f.DeepCopy(), nil

@@ -178,9 +178,9 @@ func (r *Renderer) roleValues(in ModelDeploymentInput, role kvv1.Role) (roleValu
 	if role.Image != "" {
 		rv.Image = role.Image
 	}
-	if in.Cache != nil {
-		rv.Args = append(rv.Args, e.DisaggregationArgs(rv.role)...)
-	}
+	// A prefill or decode half is selected by its own flag on SGLang, with or without a store:
+	// SGLang's disaggregation transfers KV between the halves itself.
+	rv.Args = append(rv.Args, e.DisaggregationArgs(rv.role)...)
 	rv.Args = append(rv.Args, role.ExtraArgs...)
 
 	res := corev1.ResourceRequirements{}
@@ -232,7 +232,8 @@ func (r *Renderer) roleValues(in ModelDeploymentInput, role kvv1.Role) (roleValu
 }
 
 // attachCache gives a role's container the engine fragment through the edits Pod injection
-// makes (engines.Edits), then the role's managed tail (SGLang's host-tier or retraction flag).
+// makes (engines.Edits), the managed tail included (SGLang's host-tier flag, or the retraction
+// flag on the decode half its --disaggregation-mode selects).
 func (r *Renderer) attachCache(d *appsv1.Deployment, roles []roleValues, c *CacheInput) error {
 	var rv *roleValues
 	for i := range roles {
@@ -247,14 +248,11 @@ func (r *Renderer) attachCache(d *appsv1.Deployment, roles []roleValues, c *Cach
 	if err != nil {
 		return err
 	}
-	frag.TailArgs = nil // a ModelDeployment's tail is decided per role below
 	pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
 	pod, err = rv.engine.Edits(pod, 0, frag, nil).ApplyToPod(pod)
 	if err != nil {
 		return fmt.Errorf("attach the cache to role %s: %w", rv.Name, err)
 	}
-	c0 := &pod.Spec.Containers[0]
-	c0.Args = append(c0.Args, rv.engine.ManagedTail(rv.role, append(append([]string(nil), c0.Command...), rv.Args...))...)
 	d.Spec.Template.ObjectMeta, d.Spec.Template.Spec = pod.ObjectMeta, pod.Spec
 	return nil
 }

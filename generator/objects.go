@@ -3,10 +3,12 @@ package generator
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/releaseutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,18 +65,17 @@ func (d decoder) decodeAll(source string, stream []byte) ([]Object, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", source, i, err)
 		}
-		o, err := d.decode(doc)
+		objs, err := d.decode(doc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w\n%s", source, i, err, doc)
 		}
-		if o != nil {
-			out = append(out, o)
-		}
+		out = append(out, objs...)
 	}
 }
 
-// decode returns nil for a document with no content (only comments or whitespace).
-func (d decoder) decode(doc []byte) (Object, error) {
+// decode returns nothing for a document with no content (only comments or whitespace), and a
+// List's items (kind List, as kubectl get -o yaml prints them) for a List.
+func (d decoder) decode(doc []byte) ([]Object, error) {
 	j, err := yaml.YAMLToJSONStrict(doc)
 	if err != nil {
 		return nil, err
@@ -85,6 +86,22 @@ func (d decoder) decode(doc []byte) (Object, error) {
 	var tm metav1.TypeMeta
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &tm); err != nil {
 		return nil, err
+	}
+	if strings.HasSuffix(tm.Kind, "List") {
+		var l struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(j, &l); err == nil && l.Items != nil {
+			var out []Object
+			for k, it := range l.Items {
+				objs, err := d.decode(it)
+				if err != nil {
+					return nil, fmt.Errorf("items[%d]: %w", k, err)
+				}
+				out = append(out, objs...)
+			}
+			return out, nil
+		}
 	}
 	gv, err := schema.ParseGroupVersion(tm.APIVersion)
 	if err != nil {
@@ -107,7 +124,7 @@ func (d decoder) decode(doc []byte) (Object, error) {
 		return nil, fmt.Errorf("%s is not an object with metadata", gvk)
 	}
 	o.GetObjectKind().SetGroupVersionKind(gvk)
-	return o, nil
+	return []Object{o}, nil
 }
 
 // installRank orders kinds as Helm installs them (ServiceAccounts and RBAC before the workloads

@@ -9,7 +9,7 @@ import (
 )
 
 // acceptedAnnotations are the keys under vocab.Prefix a Pod may carry.
-var acceptedAnnotations = []string{vocab.AnnotationBinding, vocab.AnnotationEngine, vocab.AnnotationRole, vocab.AnnotationContainer, vocab.AnnotationLaunchArgsForwarded}
+var acceptedAnnotations = []string{vocab.AnnotationBinding, vocab.AnnotationEngine, vocab.AnnotationRole, vocab.AnnotationContainer, vocab.AnnotationLaunchArgsForwarded, vocab.AnnotationConfigFileReviewed}
 
 // Refusal reasons: stable classes, counted by metrics and shown in messages' origin.
 const (

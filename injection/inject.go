@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -50,6 +51,34 @@ func New(r *generator.Renderer) *Injector { return &Injector{renderer: r} }
 // OptedIn reports whether a Pod carries the opt-in label with the value "true".
 func OptedIn(pod *corev1.Pod) bool { return pod.Labels[vocab.LabelInject] == "true" }
 
+// LeftAlone says why a Pod that carries annotations of the contract is never injected although
+// it looks meant to be: its inject label has a value other than "true" and the opt-out "false"
+// ("True", "1", "yes"), which the webhook's objectSelector does not match, so the webhook never
+// sees it; or the opt-in is written as an annotation. "" for every other Pod: opted in, opted out
+// ("false", or no label), or carrying no key of the contract. kvcache check fails such a Pod and
+// kvcache inject warns, since admission says nothing.
+func LeftAlone(pod *corev1.Pod) string {
+	var keys []string
+	for k := range pod.Annotations {
+		if strings.HasPrefix(strings.ToLower(k), vocab.Prefix) && k != vocab.LabelInject {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	carries := "carries no other key of the contract"
+	if len(keys) > 0 {
+		carries = "carries " + strings.Join(keys, ", ")
+	}
+	v, labelled := pod.Labels[vocab.LabelInject]
+	switch {
+	case labelled && v != "true" && v != "false" && len(keys) > 0:
+		return fmt.Sprintf("label %s is %q, and only \"true\" opts in (the webhook's objectSelector matches that value alone, so it never sees this Pod): the Pod is never injected though it %s; set the label to \"true\" to opt in, or to \"false\" (or remove it and the annotations) to opt out", vocab.LabelInject, v, carries)
+	case !labelled && pod.Annotations[vocab.LabelInject] != "" && pod.Annotations[vocab.LabelInject] != "false":
+		return fmt.Sprintf("%s is an annotation here, and the opt-in is a label (a webhook's objectSelector matches labels only): the Pod is never injected though it %s; move it to metadata.labels with the value \"true\"", vocab.LabelInject, carries)
+	}
+	return ""
+}
+
 // Inject decides a Pod: the patch that gives it its engine's client configuration, with the
 // record and the warnings. A Pod that did not opt in gets Result.Injected false and no patch. A
 // refused Pod yields a *Refusal. pod is never modified. namespace is the Pod's namespace
@@ -83,23 +112,13 @@ type attached struct {
 	frag *engines.Fragment
 }
 
-// inject checks the container and its launch, resolves the Binding unless pre carries it, and
-// computes the patch that merges the fragment into pod.
+// inject resolves the Binding unless pre carries it, checks the container and its launch as
+// the process will receive them, and computes the patch that merges the fragment into pod.
+//
+// The Binding is resolved first because the launch line is judged as the kubelet hands it to
+// the engine: $(NAME) in command and args expanded from the env as injection leaves it, so a
+// variable injection writes counts with the value it writes.
 func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string, r objects.Reader, a annotations, c *corev1.Container, dtypeOwned bool, pre *attached) (Result, error) {
-	if rf := checkContainer(a.engine, pod, c, dtypeOwned); rf != nil {
-		return Result{}, rf
-	}
-	launch, lr := engines.CheckLaunch(c.Command, c.Args, a.engine.Program, a.engine.OtherPrograms(), a.forwarded)
-	if lr != nil {
-		return Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
-	}
-	if fs := a.engine.CheckLaunchEnv(launch); len(fs) > 0 {
-		msgs := make([]string, len(fs))
-		for i, f := range fs {
-			msgs[i] = f.Message
-		}
-		return Result{}, &Refusal{Reason: fs[0].Class, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(msgs, "; "))}
-	}
 	if pre == nil {
 		var rf *Refusal
 		var err error
@@ -110,6 +129,30 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 		}
 	}
 	res, frag := pre.res, pre.frag
+	argv := engines.NewEnvironment(frag.EnvOf(c), c.EnvFrom).Expand(slices.Concat(c.Command, c.Args))
+	command, args := engines.Texts(argv[:len(c.Command)]), engines.Texts(argv[len(c.Command):])
+	if rf := checkContainer(a, pod, c, argv, dtypeOwned); rf != nil {
+		return Result{}, rf
+	}
+	launch, lr := engines.CheckLaunch(command, args, a.engine.Program, a.engine.OtherPrograms(), a.forwarded)
+	if lr != nil {
+		return Result{}, &Refusal{Reason: lr.Class, Message: fmt.Sprintf("container %q: %s", c.Name, lr.Message)}
+	}
+	var msgs []string
+	reason := ""
+	for _, u := range engines.Unseen(argv, launch.ArgsAt) {
+		msgs = append(msgs, a.engine.UnseenMessage(argWhere(u.Index, len(c.Command)), u))
+		reason = engines.ClassUnseenValue
+	}
+	for _, f := range a.engine.CheckLaunchEnv(launch) {
+		msgs = append(msgs, f.Message)
+		if reason == "" {
+			reason = f.Class
+		}
+	}
+	if len(msgs) > 0 {
+		return Result{}, &Refusal{Reason: reason, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(msgs, "; "))}
+	}
 	rec := Record{
 		Binding:             a.binding,
 		Engine:              a.engine.ID,
@@ -124,7 +167,15 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 		return Result{}, err
 	}
 	patch := a.engine.Edits(pod, containerIndex(pod, c.Name), frag, map[string]string{vocab.AnnotationInjected: string(b)})
-	return Result{Injected: true, Patch: patch, Warnings: warnings(a.engine, c), Record: rec}, nil
+	return Result{Injected: true, Patch: patch, Warnings: warnings(a.engine, c, frag), Record: rec}, nil
+}
+
+// argWhere names argument k of command+args (the command holds n) as the container spells it.
+func argWhere(k, n int) string {
+	if k < n {
+		return fmt.Sprintf("command[%d]", k)
+	}
+	return fmt.Sprintf("args[%d]", k-n)
 }
 
 // attach resolves the Pod's Binding and renders its engine's fragment.
@@ -153,6 +204,9 @@ type annotations struct {
 	role      engines.Role
 	container string
 	forwarded bool
+	// configFileReviewed is the declaration that the file --config names sets no key injection
+	// owns or refuses.
+	configFileReviewed bool
 	// written is true when the Pod arrives carrying a key injection writes (the record or the
 	// client configuration): the output of kvcache inject, or a manifest copied from a Pod.
 	written bool
@@ -217,12 +271,17 @@ func readAnnotations(pod *corev1.Pod) (annotations, *Refusal) {
 		faults = append(faults, fmt.Sprintf("annotation %s: %q is not a role; use Prefill or Decode, or leave the annotation off for a plain server", vocab.AnnotationRole, v))
 	}
 	a.container = ann[vocab.AnnotationContainer]
-	switch v, set := ann[vocab.AnnotationLaunchArgsForwarded]; {
-	case !set:
-	case v == "true":
-		a.forwarded = true
-	default:
-		faults = append(faults, fmt.Sprintf("annotation %s: %q is not accepted; the only value is \"true\" (remove the annotation otherwise)", vocab.AnnotationLaunchArgsForwarded, v))
+	for _, d := range []struct {
+		key string
+		to  *bool
+	}{{vocab.AnnotationLaunchArgsForwarded, &a.forwarded}, {vocab.AnnotationConfigFileReviewed, &a.configFileReviewed}} {
+		switch v, set := ann[d.key]; {
+		case !set:
+		case v == "true":
+			*d.to = true
+		default:
+			faults = append(faults, fmt.Sprintf("annotation %s: %q is not accepted; the only value is \"true\" (remove the annotation otherwise)", d.key, v))
+		}
 	}
 	if len(faults) > 0 {
 		return a, &Refusal{Reason: reason, Message: strings.Join(faults, "; ")}
@@ -268,14 +327,35 @@ func containerIndex(pod *corev1.Pod, name string) int {
 }
 
 // checkContainer refuses keys the container may not carry: owned and configuration-source flags
-// in any spelling, source variables, the offloading flag, and the projected file's names.
-func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtypeOwned bool) *Refusal {
+// in any spelling, a file of options admission cannot read (unless the Pod declares it), source
+// variables, the offloading flag, a decode half admission cannot tell from its arguments, and
+// what would shadow the projected file. argv is the container's command and args as the process
+// receives them.
+func checkContainer(a annotations, pod *corev1.Pod, c *corev1.Container, argv []engines.Arg, dtypeOwned bool) *Refusal {
+	e := a.engine
 	var faults []string
 	reason := ""
-	for _, f := range e.FindRefusedFlags(c.Command, c.Args, dtypeOwned) {
-		faults = append(faults, e.Message(f))
+	command, args := engines.Texts(argv[:len(c.Command)]), engines.Texts(argv[len(c.Command):])
+	for _, f := range engines.Expanded(e.FindRefusedFlags(command, args, dtypeOwned), c.Command, c.Args) {
+		msg := e.Message(f)
+		if f.Class == engines.ClassConfigFile {
+			if a.configFileReviewed {
+				continue
+			}
+			msg += fmt.Sprintf(`, or, if the file sets none of them, declare %s: "true"`, vocab.AnnotationConfigFileReviewed)
+		}
+		faults = append(faults, msg)
 		if reason == "" {
 			reason = f.Class
+		}
+	}
+	if _, at := e.DisaggregationMode(engines.Texts(argv)); at >= 0 && len(argv[at].Refs) > 0 {
+		r := argv[at].Refs[0]
+		faults = append(faults, fmt.Sprintf("the value of %s in %s %q is env %s, whose value comes from %s, which admission cannot read, and it decides what injection appends: %s, or on a decode half (which %s refuses together with that flag) %s; write the mode in the argument itself, or give %s a literal value in env",
+			engines.DisaggregationModeFlag, argWhere(at, len(c.Command)), argv[at].Text, r.Name, r.Source, e.HierarchicalCacheFlag, e.Name,
+			strings.Join(e.ManagedTail([]string{engines.DisaggregationModeFlag, engines.DisaggregationModeOf(engines.RoleDecode)}), " "), r.Name))
+		if reason == "" {
+			reason = engines.ClassUnseenValue
 		}
 	}
 	for _, v := range c.Env {
@@ -299,8 +379,8 @@ func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtyp
 			}
 		}
 		for _, m := range c.VolumeMounts {
-			if strings.TrimSuffix(m.MountPath, "/") == vocab.ConfigMountPath {
-				faults = append(faults, fmt.Sprintf("volume mount %s at %s is where injection projects the client configuration; mount it elsewhere", m.Name, vocab.ConfigMountPath))
+			if msg := shadowsConfig(e, m); msg != "" {
+				faults = append(faults, msg)
 			}
 		}
 		if reason == "" && len(faults) > 0 {
@@ -311,6 +391,32 @@ func checkContainer(e engines.Engine, pod *corev1.Pod, c *corev1.Container, dtyp
 		return &Refusal{Reason: reason, Message: fmt.Sprintf("container %q: %s", c.Name, strings.Join(faults, "; "))}
 	}
 	return nil
+}
+
+// shadowsConfig says why a mount of the container covers what injection projects: a mount at the
+// directory, at the file (a subPath mount, say), or anywhere under the directory, which the
+// runtime mounts over the projection or cannot create inside its read-only volume. "" for any
+// other mount. (A mount at a parent directory is mounted first and does not cover it.)
+func shadowsConfig(e engines.Engine, m corev1.VolumeMount) string {
+	switch p := path.Clean(m.MountPath); {
+	case p == vocab.ConfigMountPath:
+		return fmt.Sprintf("volume mount %s at %s is where injection projects the client configuration; mount it elsewhere", m.Name, vocab.ConfigMountPath)
+	case p == vocab.ConfigPath:
+		return fmt.Sprintf("volume mount %s at %s%s replaces the client configuration injection projects there, so %s would read that file instead of the Binding's; mount it elsewhere", m.Name, m.MountPath, subPathNote(m), e.Name)
+	case strings.HasPrefix(p, vocab.ConfigMountPath+"/"):
+		return fmt.Sprintf("volume mount %s at %s%s is inside %s, which injection projects read-only with the client configuration: it would cover part of that projection or keep the container from starting; mount it elsewhere", m.Name, m.MountPath, subPathNote(m), vocab.ConfigMountPath)
+	}
+	return ""
+}
+
+func subPathNote(m corev1.VolumeMount) string {
+	switch {
+	case m.SubPath != "":
+		return fmt.Sprintf(" (subPath %s)", m.SubPath)
+	case m.SubPathExpr != "":
+		return fmt.Sprintf(" (subPathExpr %s)", m.SubPathExpr)
+	}
+	return ""
 }
 
 // Attachment is what a Binding resolves to for one engine: the chain Binding -> pool ->
@@ -483,7 +589,7 @@ func readFailed(err error) *Refusal {
 }
 
 // warnings are the admission warnings an injected container earns.
-func warnings(e engines.Engine, c *corev1.Container) []string {
+func warnings(e engines.Engine, c *corev1.Container, frag *engines.Fragment) []string {
 	var w []string
 	var set []string
 	for _, kind := range []struct {
@@ -499,7 +605,36 @@ func warnings(e engines.Engine, c *corev1.Container) []string {
 		w = append(w, fmt.Sprintf("container %q sets %s, but the %s store client stages %s of host memory that no resources field shows; add %s to both the memory request and the limit, or the node's bookkeeping undercounts every injected Pod", c.Name, strings.Join(set, " and "), e.Name, buf, buf))
 	}
 	if len(c.EnvFrom) > 0 {
-		w = append(w, fmt.Sprintf("container %q uses envFrom: Mooncake variables supplied there are invisible to admission and overridden by the injected env; declare them in env", c.Name))
+		w = append(w, envFromWarning(e, c, frag))
 	}
 	return w
+}
+
+// envFromWarning says what envFrom does on an injected container: env wins over it, so every
+// variable injection writes in env is read from there and a value of the same name in a
+// ConfigMap or Secret is not used; a variable that selects the configuration source and that
+// injection does not write would still be read from envFrom, unseen.
+func envFromWarning(e engines.Engine, c *corev1.Container, frag *engines.Fragment) string {
+	var written []string
+	for _, v := range frag.Env {
+		written = append(written, v.Name)
+	}
+	for _, v := range frag.DefaultEnv {
+		if !slices.ContainsFunc(c.Env, func(x corev1.EnvVar) bool { return x.Name == v.Name }) {
+			written = append(written, v.Name)
+		}
+	}
+	msg := fmt.Sprintf("container %q uses envFrom, and env wins over envFrom: injection writes %s in env, so a value of those names supplied through envFrom is not used",
+		c.Name, strings.Join(written, ", "))
+	var unseen []string
+	for _, n := range e.SourceEnv {
+		if !slices.Contains(written, n) {
+			unseen = append(unseen, n)
+		}
+	}
+	if len(unseen) == 0 {
+		return msg
+	}
+	return msg + fmt.Sprintf("; %s is not written, and supplied through envFrom it would make %s read its store configuration elsewhere and leave every injected value unread, where admission cannot see it: keep it out of the ConfigMaps and Secrets this container reads through envFrom",
+		strings.Join(unseen, ", "), e.Name)
 }

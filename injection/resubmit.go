@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -92,8 +93,10 @@ func (i *Injector) writtenNow(ctx context.Context, pod *corev1.Pod, namespace st
 }
 
 // strip returns a copy of pod without what injection adds to it: the written annotations, the
-// projected volume and its mount, and the fragment's arguments at the end of the container's
-// args (argsMatch is false when the args do not end with them).
+// projected volume and injection's own mount of it, and the fragment's arguments and the tail at
+// the end of the container's args (argsMatch is false when the args do not end with them).
+// Everything else stays to be judged: a mount of the user's over the projection is refused as
+// on a new Pod.
 func strip(pod *corev1.Pod, container string, e engines.Engine, frag *engines.Fragment) (*corev1.Pod, bool) {
 	base := pod.DeepCopy()
 	delete(base.Annotations, vocab.AnnotationInjected)
@@ -104,15 +107,24 @@ func strip(pod *corev1.Pod, container string, e engines.Engine, frag *engines.Fr
 	base.Spec.Volumes = slices.DeleteFunc(base.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == vocab.ConfigVolume })
 	c := containerByName(base, container)
 	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name == vocab.ConfigVolume || strings.TrimSuffix(m.MountPath, "/") == vocab.ConfigMountPath
+		return m.Name == vocab.ConfigVolume && path.Clean(m.MountPath) == vocab.ConfigMountPath
 	})
-	// A source variable injection also writes (vLLM's MOONCAKE_CONFIG_PATH) would be refused as
-	// the user's own; it is compared with what injection writes instead.
+	// A variable injection writes that a container may not declare itself (vLLM's
+	// MOONCAKE_CONFIG_PATH, vLLM-Ascend's MOONCAKE_MASTER) would be refused as the user's own;
+	// it is compared with what injection writes instead.
 	c.Env = slices.DeleteFunc(c.Env, func(v corev1.EnvVar) bool {
-		return slices.Contains(e.SourceEnv, v.Name) && slices.Contains(e.InjectedEnv, v.Name)
+		return slices.Contains(e.InjectedEnv, v.Name) && (slices.Contains(e.SourceEnv, v.Name) || slices.Contains(e.OverrideEnv, v.Name))
 	})
-	for _, suffix := range [][]string{slices.Concat(frag.Args, frag.TailArgs), frag.Args} {
-		if n := len(c.Args) - len(suffix); n >= 0 && slices.Equal(c.Args[n:], suffix) {
+	// The tail is decided from the arguments before it (a decode half gets another), so each
+	// length it can have is tried: the args end with the fragment's and the tail those before
+	// them earn.
+	for tail := 0; tail <= maxTail; tail++ {
+		n := len(c.Args) - tail - len(frag.Args)
+		if n < 0 || !slices.Equal(c.Args[n:n+len(frag.Args)], frag.Args) {
+			continue
+		}
+		argv := engines.Texts(engines.NewEnvironment(frag.EnvOf(c), c.EnvFrom).Expand(slices.Concat(c.Command, c.Args[:n])))
+		if slices.Equal(c.Args[n+len(frag.Args):], e.ManagedTail(argv)) {
 			c.Args = c.Args[:n]
 			return base, true
 		}
@@ -128,6 +140,10 @@ func strip(pod *corev1.Pod, container string, e engines.Engine, frag *engines.Fr
 	c.Args = c.Args[:cut]
 	return base, false
 }
+
+// maxTail is the longest tail ManagedTail appends (--disaggregation-decode-retraction-backup
+// cpu_tensor).
+const maxTail = 2
 
 // writtenDiffs names every written key of got that differs from want: the two annotations, each
 // injected variable, the rest of env, the args, and the projected volume and mount (compared by

@@ -48,6 +48,21 @@ func Backend(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCacheBacken
 	return v, nil
 }
 
+// BackendAdmission is what the backend webhook answers: Backend's verdict and, on an update it
+// admits, the restarts the update causes (StoreRestarts), when r is set to render the store.
+func BackendAdmission(ctx context.Context, o objects.Reader, r *generator.Renderer, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
+	v, err := Backend(ctx, o, old, obj)
+	if err != nil || old == nil || len(v.Errors) > 0 || r == nil {
+		return v, err
+	}
+	restarts, err := StoreRestarts(ctx, o, r, old, obj)
+	if err != nil {
+		return v, err
+	}
+	v.warn(restarts...)
+	return v, nil
+}
+
 func multiTenancyOffMessage(pools []kvv1.KVCachePool) string {
 	if len(pools) == 1 {
 		return fmt.Sprintf("KVCachePool %s uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true", pools[0].Name)

@@ -20,6 +20,10 @@ const (
 	AnnotationRole                = Prefix + "role"
 	AnnotationContainer           = Prefix + "container"
 	AnnotationLaunchArgsForwarded = Prefix + "launch-args-forwarded"
+	// AnnotationConfigFileReviewed declares that the file the engine's --config names sets none
+	// of the keys injection owns or refuses: admission cannot open it, so the declaration is the
+	// only way to admit that uncertainty. Only the value "true" is accepted.
+	AnnotationConfigFileReviewed = Prefix + "config-file-reviewed"
 
 	// AnnotationInjected is the injection record; AnnotationClientConfig the vLLM family's
 	// client configuration, projected into the container as a file. Injection writes both.

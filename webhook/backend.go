@@ -11,8 +11,8 @@ import (
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
-// BackendValidator validates KVCacheBackends with rules.Backend, and warns on an update that
-// restarts the store's master or members (rules.StoreRestarts).
+// BackendValidator validates KVCacheBackends with rules.BackendAdmission: rules.Backend, and on
+// an update the restarts of the store's master or members it warns of (rules.StoreRestarts).
 type BackendValidator struct {
 	Reader objects.Reader
 	// Renderer renders the store before and after an update; nil: no restart warnings.
@@ -27,13 +27,7 @@ func (v *BackendValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCache
 
 // ValidateUpdate implements admission.Validator.
 func (v *BackendValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.Backend(ctx, v.Reader, oldObj, newObj)
-	if err == nil && len(verdict.Errors) == 0 && v.Renderer != nil {
-		var restarts []string
-		if restarts, err = rules.StoreRestarts(ctx, v.Reader, v.Renderer, oldObj, newObj); err == nil {
-			verdict.Warnings = append(verdict.Warnings, restarts...)
-		}
-	}
+	verdict, err := rules.BackendAdmission(ctx, v.Reader, v.Renderer, oldObj, newObj)
 	return answer("KVCacheBackend", newObj.Name, verdict, err)
 }
 

@@ -66,7 +66,13 @@ func (m *PodMutator) Admit(ctx context.Context, req admission.Request) Outcome {
 		return errored(http.StatusBadRequest, err, "DecodeError")
 	}
 	if !injection.OptedIn(pod) {
-		return Outcome{Response: admission.Allowed(NotOptedIn), Result: OutcomeIgnored}
+		// The objectSelector keeps such Pods away; should one arrive, it is told the same as
+		// kvcache inject and kvcache check tell it.
+		resp := admission.Allowed(NotOptedIn)
+		if w := injection.LeftAlone(pod); w != "" {
+			resp.Warnings = []string{w}
+		}
+		return Outcome{Response: resp, Result: OutcomeIgnored}
 	}
 	ns := req.Namespace
 	if ns == "" {

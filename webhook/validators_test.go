@@ -108,7 +108,7 @@ func vtDeployment() *kvv1.ModelDeployment {
 			Model:   kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"},
 			Engine:  kvv1.Engine{Name: kvv1.EngineVLLM, Version: "0.29.0"},
 			KVCache: &kvv1.KVCacheAttachment{PoolRef: kvv1.LocalReference{Name: "team-a"}},
-			Roles:   []kvv1.Role{{Name: "server", Resources: kvv1.RoleResources{Accelerator: 1}}},
+			Roles:   []kvv1.Role{{Name: "server"}},
 		},
 	}
 }
@@ -192,19 +192,22 @@ func runVTCases[T client.Object](t *testing.T, cases []vtCase[T], validator func
 			}
 			assert.Equal(t, tt.want, vtCauses(t, err))
 			if any(tt.old) == any(none) {
-				cliVerdict(t, tt.cluster, tt.obj, tt.want, tt.warn)
+				cliVerdict(t, tt.cluster, nil, tt.obj, tt.want, tt.warn)
+			} else {
+				changed := tt.old.DeepCopyObject().(T)
+				tt.mutate(changed)
+				cliVerdict(t, tt.cluster, tt.old, changed, tt.want, tt.warn)
 			}
 		})
 	}
 }
 
-// cliVerdict judges a create the way `kvcache render` does, with the case's cluster as the
-// files beside obj, and requires the webhook's verdict: the same causes and warnings. (Updates
-// have no CLI path: render judges every object as created.)
-func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want []string, warn admission.Warnings) {
+// cliVerdict judges obj the way the CLI does and requires the webhook's verdict: the same
+// causes and warnings. A create (old nil) is judged as `kvcache render` judges it, with the
+// case's cluster as the files beside obj; an update as `kvcache check -f` judges a manifest of
+// an object its --cluster files hold (old, with the case's cluster).
+func cliVerdict(t *testing.T, cluster []client.Object, old, obj client.Object, want []string, warn admission.Warnings) {
 	t.Helper()
-	var f objects.Set
-	var models []kvv1.ModelDeployment
 	kind, name := "", obj.GetName()
 	if obj.GetNamespace() != "" {
 		name = obj.GetNamespace() + "/" + name
@@ -212,22 +215,28 @@ func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want [
 	same := func(o client.Object) bool {
 		return reflect.TypeOf(o) == reflect.TypeOf(obj) && o.GetNamespace() == obj.GetNamespace() && o.GetName() == obj.GetName()
 	}
-	for _, o := range append(slices.DeleteFunc(slices.Clone(cluster), same), obj) {
-		switch x := o.(type) {
-		case *kvv1.Setting:
-			f.Settings = append(f.Settings, *x)
-		case *kvv1.KVCacheBackend:
-			f.Backends = append(f.Backends, *x)
-		case *kvv1.KVCachePool:
-			f.Pools = append(f.Pools, *x)
-		case *kvv1.KVCachePoolBinding:
-			f.Bindings = append(f.Bindings, *x)
-		case *kvv1.InstanceType:
-			f.InstanceTypes = append(f.InstanceTypes, *x)
-		case *kvv1.ModelDeployment:
-			models = append(models, *x)
+	sets := func(objs []client.Object) (objects.Set, []kvv1.ModelDeployment) {
+		var f objects.Set
+		var models []kvv1.ModelDeployment
+		for _, o := range objs {
+			switch x := o.(type) {
+			case *kvv1.Setting:
+				f.Settings = append(f.Settings, *x)
+			case *kvv1.KVCacheBackend:
+				f.Backends = append(f.Backends, *x)
+			case *kvv1.KVCachePool:
+				f.Pools = append(f.Pools, *x)
+			case *kvv1.KVCachePoolBinding:
+				f.Bindings = append(f.Bindings, *x)
+			case *kvv1.InstanceType:
+				f.InstanceTypes = append(f.InstanceTypes, *x)
+			case *kvv1.ModelDeployment:
+				models = append(models, *x)
+			}
 		}
+		return f, models
 	}
+	others := slices.DeleteFunc(slices.Clone(cluster), same)
 	switch obj.(type) {
 	case *kvv1.Setting:
 		kind = "Setting"
@@ -240,7 +249,24 @@ func cliVerdict(t *testing.T, cluster []client.Object, obj client.Object, want [
 	case *kvv1.ModelDeployment:
 		kind = "ModelDeployment"
 	}
-	judged, err := rules.Judge(context.Background(), f, models, objects.FileOptions{})
+	var judged []rules.Judged
+	var err error
+	if old == nil {
+		f, models := sets(append(others, obj))
+		judged, err = rules.Judge(context.Background(), f, models, objects.FileOptions{})
+	} else {
+		r, rerr := generator.NewRenderer()
+		require.NoError(t, rerr)
+		held, heldModels := sets(append(others, old))
+		manifests, models := sets([]client.Object{obj})
+		judged, err = rules.JudgeApply(context.Background(), rules.Apply{
+			Cluster: held, ClusterModels: heldModels, Manifests: manifests, Models: models, Renderer: r,
+		})
+		if err == nil {
+			require.Len(t, judged, 1)
+			assert.True(t, judged[0].Update, "judged as an update of the object the cluster holds")
+		}
+	}
 	require.NoError(t, err)
 	var got []string
 	var warnings admission.Warnings
@@ -311,6 +337,29 @@ func TestBackendValidator(t *testing.T) {
 			name: "a backend without spec.image is refused when the Setting does not exist",
 			obj:  vtBackend("mooncake-dram"),
 			want: []string{leaderImage},
+		},
+		{
+			name:    "a capacity that is not a whole number of bytes is refused, naming the field",
+			cluster: []client.Object{vtImageSetting()},
+			obj: func() *kvv1.KVCacheBackend {
+				b := vtBackend("mooncake-dram")
+				b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("100m")
+				b.Spec.Connection.Managed.Members[0].LocalBufferSize = ptr.To(resource.MustParse("0.5"))
+				return b
+			}(),
+			want: []string{
+				`spec.connection.managed.members[0].capacityPerMember: Invalid value: "100m": is not a whole number of bytes (the suffix m is a thousandth: 100m is a tenth of a byte); write whole bytes, with a binary suffix, e.g. 8Gi`,
+				`spec.connection.managed.members[0].localBufferSize: Invalid value: "500m": is not a whole number of bytes (the suffix m is a thousandth: 100m is a tenth of a byte); write whole bytes, with a binary suffix, e.g. 128Mi`,
+			},
+		},
+		{
+			name:    "a fraction of a byte is refused on update too",
+			cluster: vtWalkthrough(),
+			old:     vtBackend("mooncake-dram"),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("8589934591.5")
+			},
+			want: []string{`spec.connection.managed.members[0].capacityPerMember: Invalid value: "8589934591500m": is not a whole number of bytes (the suffix m is a thousandth: 100m is a tenth of a byte); write whole bytes, with a binary suffix, e.g. 8Gi`},
 		},
 		{
 			name: "a backend naming spec.image is admitted without the Setting",
@@ -481,6 +530,16 @@ func TestPoolValidator(t *testing.T) {
 			want: []string{`spec.quota.total: Invalid value: "0": must be greater than zero, e.g. 16Gi`},
 		},
 		{
+			name:    "a total that is not a whole number of bytes is refused",
+			cluster: []client.Object{vtBackend("mooncake-dram")},
+			obj: func() *kvv1.KVCachePool {
+				p := vtPool("shared-dram", "mooncake-dram")
+				p.Spec.Quota.Total = resource.MustParse("100m")
+				return p
+			}(),
+			want: []string{`spec.quota.total: Invalid value: "100m": is not a whole number of bytes (the suffix m is a thousandth: 100m is a tenth of a byte); write whole bytes, with a binary suffix, e.g. 16Gi`},
+		},
+		{
 			name:    "another backend is refused on update",
 			cluster: []client.Object{vtBackend("mooncake-dram"), vtBackend("mooncake-vram")},
 			old:     vtPool("shared-dram", "mooncake-dram"),
@@ -537,6 +596,16 @@ func TestBindingValidator(t *testing.T) {
 				return b
 			}(),
 			want: []string{`spec.quota.ceiling: Invalid value: "32Gi": exceeds the total 16Gi of KVCachePool shared-dram; lower the ceiling or raise the pool's spec.quota.total`},
+		},
+		{
+			name:    "a ceiling that is not a whole number of bytes is refused",
+			cluster: vtWalkthrough()[:3],
+			obj: func() *kvv1.KVCachePoolBinding {
+				b := vtBinding("team-a", "team-a", "shared-dram", "")
+				b.Spec.Quota.Ceiling = resource.MustParse("1500m")
+				return b
+			}(),
+			want: []string{`spec.quota.ceiling: Invalid value: "1500m": is not a whole number of bytes (the suffix m is a thousandth: 100m is a tenth of a byte); write whole bytes, with a binary suffix, e.g. 8Gi`},
 		},
 		{
 			name: "a domain registered on the same master through another pool is refused, naming the holder",
@@ -892,6 +961,108 @@ func TestModelDeploymentValidator(t *testing.T) {
 			cluster: append(cluster(kvv1.ProtocolCANN), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
 			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b", Env: []corev1.EnvVar{{Name: "MOONCAKE_MASTER", Value: "elsewhere:50051"}}}),
 			want:    []string{"spec.roles[0].env[0].name: Forbidden: env MOONCAKE_MASTER is read by vLLM-Ascend instead of the projected file's value, so the Binding's would be unread; remove it and let the Binding configure the store"},
+		},
+		{
+			name:    "an owned flag reaching the engine through $(NAME) in extraArgs is refused as expanded",
+			cluster: vtWalkthrough(),
+			obj: withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--max-model-len=8192", "$(EXTRA)"},
+				Env: []corev1.EnvVar{{Name: "EXTRA", Value: "--kv-offloading-size=8"}}}),
+			want: []string{`spec.roles[0].extraArgs: Forbidden: --kv-offloading-size in args[1] ("$(EXTRA)", which the kubelet expands to "--kv-offloading-size=8") makes vLLM replace the injected connector with its OffloadingConnector, silently, so the container would use no shared cache; remove it (host-DRAM offloading and the shared pool are alternatives, choose one)`},
+		},
+		{
+			name:    "a value from a ConfigMap at the start of an extraArgs argument is refused, naming the variable",
+			cluster: vtWalkthrough(),
+			obj: withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--served-model-name=$(NAME)", "$(EXTRA)"}, Env: []corev1.EnvVar{
+				{Name: "NAME", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "engine"}, Key: "name"}}},
+				{Name: "EXTRA", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "engine"}, Key: "args"}}},
+			}}),
+			want: []string{`spec.roles[0].extraArgs[1]: Forbidden: the argument "$(EXTRA)": env EXTRA, at the start of an argument, takes its value from valueFrom.configMapKeyRef (ConfigMap engine, key args), which admission cannot read; the kubelet substitutes it before vLLM parses its arguments, so it could be a flag injection owns or refuses, unseen; give EXTRA a literal value in env, or use $(EXTRA) only as a flag's value (--flag=$(EXTRA))`},
+		},
+		{
+			name:    "a variable the attachment writes reads as the Binding's value, not the role's own declaration",
+			cluster: vtWalkthrough(),
+			obj: sglang(withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--served-model-name", "$(MOONCAKE_PROTOCOL)", "--kv$(MOONCAKE_DEVICE)"},
+				Env: []corev1.EnvVar{{Name: "MOONCAKE_PROTOCOL", Value: "--hicache-storage-backend=file"}}})),
+			want: []string{`spec.roles[0].extraArgs[2]: Forbidden: the argument "--kv$(MOONCAKE_DEVICE)": env MOONCAKE_DEVICE, in the name of a flag, is written by the cache attachment with the Binding's value; the kubelet substitutes it before SGLang parses its arguments, so it could make one injection owns or refuses, unseen; use $(MOONCAKE_DEVICE) only as a whole argument that cannot begin with '-' or as a flag's value (--flag=$(MOONCAKE_DEVICE))`},
+			warn: admission.Warnings{skewSGLang},
+		},
+		{
+			name:    "a file of options in extraArgs is refused, naming the field",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--config", "/etc/vllm/serve.yaml"}}),
+			want:    []string{`spec.roles[0].extraArgs: Forbidden: --config in args names a file of options vLLM reads into its arguments, where admission cannot see them: a key there for --kv-transfer-config, --kv-cache-dtype or --kv-offloading-size would set what injection owns or refuses, unseen; pass those options as arguments instead, where they are checked`},
+		},
+		{
+			name:    "a file of options is admitted on a deployment without a cache: nothing is injected",
+			cluster: vtWalkthrough(),
+			obj: func() *kvv1.ModelDeployment {
+				md := withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--config", "/etc/vllm/serve.yaml"}})
+				md.Spec.KVCache = nil
+				return md
+			}(),
+		},
+		{
+			name:    "an SGLang decode role whose extraArgs select the prefill half is refused, naming the argument",
+			cluster: vtWalkthrough(),
+			obj: sglang(withRoles(kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill},
+				kvv1.Role{Name: "decode", Kind: kvv1.RoleDecode, ExtraArgs: []string{"--disaggregation-mode", "prefill"}})),
+			want: []string{`spec.roles[1].extraArgs[1]: Forbidden: --disaggregation-mode prefill contradicts the role's kind Decode, which renders --disaggregation-mode decode, so SGLang would be handed both; remove it: the kind selects the half`},
+			warn: admission.Warnings{skewSGLang},
+		},
+		{
+			name: "an SGLang server role made a decode half by extraArgs is refused, without a cache too",
+			obj: func() *kvv1.ModelDeployment {
+				md := sglang(withRoles(kvv1.Role{Name: "server", ExtraArgs: []string{"--disaggregation-mode=decode"}}))
+				md.Spec.KVCache = nil
+				return md
+			}(),
+			want: []string{`spec.roles[0].extraArgs[0]: Forbidden: --disaggregation-mode decode makes this role a decode half, and its kind is Server, a plain server, with no other half to pair with; remove the flag and set kind: Decode, with a role of the other half, to split the deployment`},
+		},
+		{
+			name:    "extraArgs repeating the half the kind selects are admitted",
+			cluster: vtWalkthrough(),
+			obj: sglang(withRoles(kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill, ExtraArgs: []string{"--disaggregation-mode=prefill"}},
+				kvv1.Role{Name: "decode", Kind: kvv1.RoleDecode})),
+			warn: admission.Warnings{skewSGLang},
+		},
+		{
+			name: "a mode admission cannot read cannot be judged against the kind and is refused",
+			obj: func() *kvv1.ModelDeployment {
+				md := sglang(withRoles(kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill, ExtraArgs: []string{"--disaggregation-mode", "$(MODE)"},
+					Env: []corev1.EnvVar{{Name: "MODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['mode']"}}}}},
+					kvv1.Role{Name: "decode", Kind: kvv1.RoleDecode}))
+				md.Spec.KVCache = nil
+				return md
+			}(),
+			want: []string{`spec.roles[0].extraArgs[1]: Forbidden: the value of --disaggregation-mode, "$(MODE)", is env MODE, whose value comes from valueFrom.fieldRef (metadata.annotations['mode']), which admission cannot read, so whether it matches the role's kind Prefill cannot be judged; remove it (the kind selects the half)`},
+		},
+		{
+			name: "without a cache, a vLLM prefill role whose own --kv-transfer-config says kv_consumer is refused",
+			obj: func() *kvv1.ModelDeployment {
+				md := withRoles(
+					kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill, ExtraArgs: []string{"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}`}},
+					kvv1.Role{Name: "decode", Kind: kvv1.RoleDecode, ExtraArgs: []string{"--kv-transfer-config.kv_role=kv_consumer", `--kv_transfer_config.kv_connector=NixlConnector`}})
+				md.Spec.KVCache = nil
+				return md
+			}(),
+			want: []string{`spec.roles[0].extraArgs[1]: Forbidden: kv_role kv_consumer in --kv-transfer-config contradicts the role's kind Prefill, whose kv_role is kv_producer; use kind Decode, or kv_role kv_producer`},
+		},
+		{
+			name:    "an accelerator count on a role without an InstanceType is refused: the render would request no device",
+			cluster: vtWalkthrough(),
+			obj:     withRoles(kvv1.Role{Name: "server", Resources: kvv1.RoleResources{Accelerator: 1}}),
+			want:    []string{`spec.roles[0].resources.accelerator: Invalid value: 1: the role names no instanceType, so there is no accelerator resource to request and its Pods would get no device; set instanceType to an InstanceType whose spec.accelerator names the device plugin's resource, or set accelerator to 0`},
+		},
+		{
+			name:    "an accelerator count on an InstanceType that names no accelerator resource is refused",
+			cluster: append(vtWalkthrough(), &kvv1.InstanceType{ObjectMeta: metav1.ObjectMeta{Name: "cpu-large"}}),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "cpu-large", Resources: kvv1.RoleResources{Accelerator: 2}}),
+			want:    []string{`spec.roles[0].resources.accelerator: Invalid value: 2: InstanceType cpu-large names no accelerator resource (spec.accelerator.resourceName), so there is nothing to request and the role's Pods would get no device; set spec.accelerator on InstanceType cpu-large, or set accelerator to 0`},
+		},
+		{
+			name:    "an accelerator count on an InstanceType with an accelerator is admitted",
+			cluster: append(vtWalkthrough(), vtInstanceType("h100", kvv1.ManufacturerNVIDIA)),
+			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "h100", Resources: kvv1.RoleResources{Accelerator: 8}}),
 		},
 		{
 			name:   "removing a finalizer is admitted when the Binding has gone",

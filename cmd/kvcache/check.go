@@ -12,11 +12,13 @@ import (
 	"github.com/kvcache-operator/kvcache/check"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/rules"
 )
 
 type checkOptions struct {
 	files           []string
 	cluster         []string
+	liveCluster     bool
 	kubeconfig      string
 	context         string
 	namespace       string
@@ -44,14 +46,19 @@ reads, apart from a server-side dry-run create of an opted-in Pod that proves th
 answers.
 
 With -f it checks manifests as the webhooks would judge them if applied to a cluster holding the
---cluster files: every admission rule on this API's objects, and the injection of every opted-in
-Pod and Pod template.`,
+--cluster files (or, with --live, the objects the kubeconfig's cluster holds): every admission
+rule on this API's objects, each judged as an update of the object of the same kind and name the
+cluster holds and as a create otherwise, and the injection of every opted-in Pod and Pod
+template; a Pod or template that carries the injection annotations with an inject label other
+than "true" fails, since no webhook ever sees it. List documents (kubectl get -o yaml) are read
+item by item.`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.files, "filename", "f", nil, "manifests to check offline (repeatable; - reads stdin)")
-	f.StringArrayVar(&o.cluster, "cluster", nil, "with -f: the objects the cluster already holds (Bindings, pools, backends, Settings, InstanceTypes)")
+	f.StringArrayVar(&o.cluster, "cluster", nil, "with -f: the objects the cluster already holds (Bindings, pools, backends, Settings, InstanceTypes, ModelDeployments)")
+	f.BoolVar(&o.liveCluster, "live", false, "with -f: read the objects the cluster already holds from the kubeconfig's cluster instead of --cluster files")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Bindings, ModelDeployments and Pods to check (default: the context's); with -f, of documents that name none")
@@ -75,12 +82,16 @@ func (o *checkOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	var report *check.Report
-	if len(o.files) > 0 {
+	switch {
+	case len(o.files) > 0 && o.liveCluster && len(o.cluster) > 0:
+		return usageErrorf("--live and --cluster both describe the cluster the manifests meet: give one")
+	case len(o.files) > 0:
 		report, err = o.offline(cmd, r)
-	} else {
-		if len(o.cluster) > 0 {
-			return usageErrorf("--cluster describes the cluster of an offline check: give the manifests with -f")
-		}
+	case len(o.cluster) > 0:
+		return usageErrorf("--cluster describes the cluster of an offline check: give the manifests with -f")
+	case o.liveCluster:
+		return usageErrorf("--live judges manifests against the live cluster: give them with -f")
+	default:
 		report, err = o.live(cmd, r)
 	}
 	if err != nil {
@@ -136,33 +147,53 @@ func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*chec
 	if err != nil {
 		return nil, err
 	}
+	if o.liveCluster {
+		c, _, err := o.client()
+		if err != nil {
+			return nil, err
+		}
+		if cluster.set, cluster.models, err = check.Held(cmd.Context(), c); err != nil {
+			return nil, err
+		}
+	}
 	// The Pods resolve against everything, the manifests' own objects included, as they would
 	// once applied.
-	return check.Offline(cmd.Context(), cluster.set, creates.set, creates.models, pods, injection.New(r), fileOptions(o.systemNamespace, r))
+	return check.Offline(cmd.Context(), rules.Apply{
+		Cluster: cluster.set, ClusterModels: cluster.models, Manifests: creates.set, Models: creates.models,
+		Options: fileOptions(o.systemNamespace, r), Renderer: r,
+	}, pods, injection.New(r))
 }
 
-// live checks the cluster of the kubeconfig.
-func (o *checkOptions) live(cmd *cobra.Command, r *generator.Renderer) (*check.Report, error) {
+// client is an uncached client of the kubeconfig's cluster, with the context's namespace.
+func (o *checkOptions) client() (client.Client, string, error) {
 	loading := clientcmd.NewDefaultClientConfigLoadingRules()
 	loading.ExplicitPath = o.kubeconfig
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, &clientcmd.ConfigOverrides{CurrentContext: o.context})
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, usageErrorf("no cluster to check: %v (pass --kubeconfig or --context, or check manifests with -f)", err)
+		return nil, "", usageErrorf("no cluster to check: %v (pass --kubeconfig or --context, or check manifests with -f)", err)
 	}
-	ns := o.namespace
-	if ns == "" && !o.allNamespaces {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, usageErrorf("%v", err)
-		}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", usageErrorf("%v", err)
 	}
 	scheme, err := generator.NewScheme()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	return c, ns, err
+}
+
+// live checks the cluster of the kubeconfig.
+func (o *checkOptions) live(cmd *cobra.Command, r *generator.Renderer) (*check.Report, error) {
+	c, contextNamespace, err := o.client()
 	if err != nil {
 		return nil, err
+	}
+	ns := o.namespace
+	if ns == "" && !o.allNamespaces {
+		ns = contextNamespace
 	}
 	return check.Live(cmd.Context(), c, check.LiveOptions{
 		SystemNamespace: o.systemNamespace, Namespace: ns, Injector: injection.New(r),

@@ -39,7 +39,9 @@ func newInjectCommand() *cobra.Command {
 		Long: `Inject applies the Pod mutating webhook's injection to every Pod and pod template (Pod,
 Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) in FILE and prints the result.
 Other documents, and Pods without the kvcache.gpustack.ai/inject: "true" label, pass through
-unchanged.
+unchanged; one that carries the injection annotations with another label value ("True", "1")
+is never injected by the webhook either, and a warning says so. A List document (what
+kubectl get -o yaml prints) is read item by item and printed as a List.
 
 A document that names no namespace is injected as if created in --namespace (-n, kubectl's
 convention; "default" unless given), which is where its Pods would look for their Binding.
@@ -92,11 +94,13 @@ func podTemplate(obj runtime.Object) (*metav1.ObjectMeta, *corev1.PodSpec) {
 	return nil, nil
 }
 
-// outDoc is one output document: its original bytes when unchanged, or the injected document
-// (the original with only the Pod's labels, annotations and spec replaced).
+// outDoc is one output object: its original bytes when unchanged, or the injected document
+// (the original with only the Pod's labels, annotations and spec replaced), and the List it is an
+// item of, if any.
 type outDoc struct {
-	raw []byte
-	obj map[string]any
+	raw  []byte
+	obj  map[string]any
+	list *listDocument
 }
 
 // podTemplatePointer is the JSON pointer to where a pod holder keeps its Pod template ("" for a
@@ -158,10 +162,16 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 // injectDocument injects one document. It returns the output document, or the refusal line, and
 // the warning lines.
 func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects.Reader, d document, namespace string) (outDoc, string, []string, error) {
-	keep := outDoc{raw: d.raw}
+	keep := outDoc{raw: d.raw, list: d.list}
 	h, err := decodePodHolder(d, namespace)
-	if err != nil || h == nil || !injection.OptedIn(h.pod) {
+	if err != nil || h == nil {
 		return keep, "", nil, err
+	}
+	if !injection.OptedIn(h.pod) {
+		if w := injection.LeftAlone(h.pod); w != "" {
+			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, nil
+		}
+		return keep, "", nil, nil
 	}
 	pod, ns, name, gvk, j := h.pod, h.namespace, h.name, h.gvk, h.json
 	res, err := inj.Inject(ctx, pod, ns, lookup)
@@ -189,7 +199,28 @@ func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(patched, &doc); err != nil {
 		return keep, "", nil, err
 	}
-	return outDoc{raw: d.raw, obj: doc}, "", warns, nil
+	return outDoc{raw: d.raw, obj: doc, list: d.list}, "", warns, nil
+}
+
+// value is the document as a JSON value: the injected object, or the original decoded.
+func (d outDoc) value() (any, error) {
+	if d.obj != nil {
+		return d.obj, nil
+	}
+	j, err := yaml.YAMLToJSON(d.raw)
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	err = sigsjson.UnmarshalCaseSensitivePreserveInts(j, &v)
+	return v, err
+}
+
+func writeRaw(buf *bytes.Buffer, raw []byte) {
+	buf.Write(raw)
+	if !bytes.HasSuffix(raw, []byte("\n")) {
+		buf.WriteByte('\n')
+	}
 }
 
 // podHolder is a document holding a Pod or a Pod template, as the Pod it would create.
@@ -233,33 +264,52 @@ func decodePodHolder(d document, namespace string) (*podHolder, error) {
 }
 
 // marshalDocs writes the documents in input order: unchanged ones byte for byte (YAML) and
-// injected ones with sorted keys.
+// injected ones with sorted keys. The items of an input List stay a List (YAML): the List as
+// written when no item changed, otherwise the List with its items replaced by what injection
+// made of them. As JSON, every object is an item of the one List printed.
 func marshalDocs(docs []outDoc, format string) ([]byte, error) {
 	var items []any
 	var buf bytes.Buffer
-	for _, d := range docs {
-		var item any
-		if d.obj != nil {
-			item = d.obj
-		} else if format == "json" {
-			j, err := yaml.YAMLToJSON(d.raw)
+	for k := 0; k < len(docs); k++ {
+		d := docs[k]
+		if format == "json" {
+			item, err := d.value()
 			if err != nil {
 				return nil, err
 			}
-			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &item); err != nil {
-				return nil, err
-			}
-		}
-		if format == "json" {
 			items = append(items, item)
 			continue
 		}
 		buf.WriteString("---\n")
-		if d.obj == nil {
-			buf.Write(d.raw)
-			if !bytes.HasSuffix(d.raw, []byte("\n")) {
-				buf.WriteByte('\n')
+		var item any = d.obj
+		if d.list != nil {
+			group := k
+			changed := false
+			for ; k < len(docs) && docs[k].list == d.list; k++ {
+				changed = changed || docs[k].obj != nil
 			}
+			if !changed {
+				k--
+				writeRaw(&buf, d.list.raw)
+				continue
+			}
+			list := make(map[string]any, len(d.list.obj))
+			for key, v := range d.list.obj {
+				list[key] = v
+			}
+			var listItems []any
+			for _, x := range docs[group:k] {
+				v, err := x.value()
+				if err != nil {
+					return nil, err
+				}
+				listItems = append(listItems, v)
+			}
+			k--
+			list["items"] = listItems
+			item = list
+		} else if d.obj == nil {
+			writeRaw(&buf, d.raw)
 			continue
 		}
 		b, err := yaml.Marshal(item)

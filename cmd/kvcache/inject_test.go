@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -286,4 +287,70 @@ func TestInjectTakesTheNamespaceOfUnnamespacedDocumentsFromTheFlag(t *testing.T)
 		require.NoError(t, err)
 		assert.Equal(t, strings.Replace(string(want), "  namespace: team-a\n", "", 1), out, "the same injection as the namespaced document, and no namespace added")
 	}
+}
+
+// injectInline runs one inline input through kvcache inject and the webhook's handler, as the
+// golden cases are run, and returns the CLI's output.
+func injectInline(t *testing.T, input string) string {
+	t.Helper()
+	c := injectCase{name: "inline", dir: t.TempDir()}
+	require.NoError(t, os.WriteFile(c.path(".yaml"), []byte(input), 0o644))
+	cluster := filepath.Join(golden.Dir("inject"), "cluster.yaml")
+	code, out, errOut := kvcache(t, "", "inject", "-f", c.path(".yaml"), "--cluster", cluster)
+	require.Equal(t, 0, code, errOut)
+	assertHandlerAgrees(t, c, []string{cluster}, out, nil, nil)
+	return out
+}
+
+// SGLang 0.5.23's --enable-hicache is --enable-hierarchical-cache: a container naming it gets
+// neither the flag again nor, on a decode half, the retraction backup on top of it. (Not a
+// golden: the readers test runs the pinned SGLang 0.5.18, which has no such alias.)
+func TestInjectReadsEnableHicacheAsTheHierarchicalCache(t *testing.T) {
+	for _, c := range []struct {
+		name, args string
+		tail       []string
+	}{
+		{"a server naming the alias", `["--model-path", "m", "--enable-hicache"]`, []string{}},
+		{"a decode half naming a prefix of the alias", `["--model-path", "m", "--disaggregation-mode", "decode", "--enable-hic"]`, []string{}},
+		{"a decode half naming neither", `["--model-path", "m", "--disaggregation-mode", "decode"]`, []string{"--disaggregation-decode-retraction-backup", "cpu_tensor"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := injectInline(t, `apiVersion: v1
+kind: Pod
+metadata:
+  name: bench
+  namespace: team-a
+  labels: {kvcache.gpustack.ai/inject: "true"}
+  annotations: {kvcache.gpustack.ai/binding: team-a, kvcache.gpustack.ai/engine: SGLang}
+spec:
+  containers:
+    - name: server
+      image: lmsysorg/sglang:v0.5.23
+      command: ["python3", "-m", "sglang.launch_server"]
+      args: `+c.args+"\n")
+			pod, _, _, ok := podOf(t, splitDocuments("out", []byte(out))[0])
+			require.True(t, ok)
+			args := pod.Spec.Containers[0].Args
+			i := slices.Index(args, "--hicache-storage-backend")
+			require.GreaterOrEqual(t, i, 0)
+			assert.Equal(t, c.tail, args[i+4:], "after --hicache-storage-backend mooncake --kv-cache-dtype bfloat16")
+		})
+	}
+}
+
+// kvcache inject -o json prints one List: the items of an input List are items of it.
+func TestInjectJSONFlattensAListsItems(t *testing.T) {
+	dir := golden.Dir("inject")
+	code, out, errOut := kvcache(t, "", "inject", "-f", filepath.Join(dir, "list-of-workloads.yaml"), "--cluster", filepath.Join(dir, "cluster.yaml"), "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	var list struct {
+		Kind  string           `json:"kind"`
+		Items []map[string]any `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	assert.Equal(t, "List", list.Kind)
+	require.Len(t, list.Items, 2)
+	assert.Equal(t, "ConfigMap", list.Items[0]["kind"])
+	assert.Equal(t, "Deployment", list.Items[1]["kind"])
+	assert.Contains(t, out, `"kvcache.gpustack.ai/injected"`)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,15 +16,31 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// document is one YAML document of an input stream, with where it came from.
+// document is one object of an input stream, with where it came from: a YAML document, or an
+// item of a List document (kind List, as kubectl get -o yaml prints several objects, and as
+// kubectl apply accepts them).
 type document struct {
 	source string // file name, or "stdin"
 	index  int    // 1-based position in its stream
 	line   int    // line of the stream where the document starts
 	raw    []byte
+	// list is the List this object is an item of (nil for a document of its own), item its
+	// index there.
+	list *listDocument
+	item int
+}
+
+// listDocument is a List as written, whose items are documents of their own.
+type listDocument struct {
+	raw   []byte         // the List's document, as written
+	obj   map[string]any // the List, decoded
+	items int            // how many items it holds
 }
 
 func (d document) String() string {
+	if d.list != nil {
+		return fmt.Sprintf("%s: document %d (line %d), items[%d]", d.source, d.index, d.line, d.item)
+	}
 	return fmt.Sprintf("%s: document %d (line %d)", d.source, d.index, d.line)
 }
 
@@ -46,7 +63,7 @@ func readInputs(files []string, stdin io.Reader) ([]document, error) {
 		}
 		d := splitDocuments(name, data)
 		if len(d) == 0 {
-			return nil, usageErrorf("%s: no objects: the file is empty (or holds only comments); give it at least one manifest", name)
+			return nil, usageErrorf("%s: no objects: the file is empty (or holds only comments or an empty List); give it at least one manifest", name)
 		}
 		docs = append(docs, d...)
 	}
@@ -57,6 +74,7 @@ var separator = regexp.MustCompile(`^---(\s.*)?$`)
 
 // splitDocuments splits a YAML stream at "---" lines, keeping each document's first line so
 // errors can point into the file. Documents holding only comments and blank lines are dropped.
+// A List's items become documents of their own (a List with no items yields none).
 func splitDocuments(source string, data []byte) []document {
 	var docs []document
 	lines := strings.SplitAfter(string(data), "\n")
@@ -65,7 +83,8 @@ func splitDocuments(source string, data []byte) []document {
 	flush := func() {
 		if hasContent(cur.Bytes()) {
 			index++
-			docs = append(docs, document{source: source, index: index, line: start, raw: append([]byte(nil), cur.Bytes()...)})
+			d := document{source: source, index: index, line: start, raw: append([]byte(nil), cur.Bytes()...)}
+			docs = append(docs, d.listItems()...)
 		}
 		cur.Reset()
 	}
@@ -79,6 +98,35 @@ func splitDocuments(source string, data []byte) []document {
 	}
 	flush()
 	return docs
+}
+
+// listItems is the document's items when it is a List (any kind named <Kind>List with an items
+// array, as kubectl reads them), each as JSON, which is YAML; otherwise the document itself. A
+// document that does not parse is returned as it is, for its reader to report.
+func (d document) listItems() []document {
+	j, err := d.toJSON()
+	if err != nil {
+		return []document{d}
+	}
+	var obj map[string]any
+	if sigsjson.UnmarshalCaseSensitivePreserveInts(j, &obj) != nil {
+		return []document{d}
+	}
+	kind, _ := obj["kind"].(string)
+	items, ok := obj["items"].([]any)
+	if !ok || !strings.HasSuffix(kind, "List") {
+		return []document{d}
+	}
+	l := &listDocument{raw: d.raw, obj: obj, items: len(items)}
+	out := make([]document, 0, len(items))
+	for i, it := range items {
+		raw, err := json.Marshal(it)
+		if err != nil {
+			return []document{d}
+		}
+		out = append(out, document{source: d.source, index: d.index, line: d.line, raw: append(raw, '\n'), list: l, item: i})
+	}
+	return out
 }
 
 func hasContent(doc []byte) bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,23 @@ func TestRenderWithoutInputRendersTheWalkthrough(t *testing.T) {
 	assert.Equal(t, fromStdin, builtIn, "the built-in example must be the walkthrough file")
 	assert.Contains(t, builtIn, "name: mooncake-dram-leader")
 	assert.Contains(t, builtIn, "kind: DaemonSet")
+}
+
+// What kubectl get -o yaml prints for several objects is a List: render reads its items as it
+// reads documents.
+func TestRenderReadsAListsItemsAsDocuments(t *testing.T) {
+	var items []json.RawMessage
+	for _, d := range splitDocuments("walkthrough", values.Walkthrough()) {
+		j, err := d.toJSON()
+		require.NoError(t, err)
+		items = append(items, j)
+	}
+	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	require.NoError(t, err)
+	code, fromList, errOut := kvcache(t, string(list), "render", "-f", "-")
+	require.Equal(t, 0, code, errOut)
+	_, builtIn, _ := kvcache(t, "", "render")
+	assert.Equal(t, builtIn, fromList)
 }
 
 func TestRenderIsByteStable(t *testing.T) {
@@ -128,6 +146,18 @@ func TestRenderRefusesBadInput(t *testing.T) {
 			input:    backendHead + "  connection: {}\n",
 			wantCode: exitInvalid,
 			wantErr:  "invalid: KVCacheBackend/store: spec.connection: Required value: exactly one of spec.connection.managed (the operator runs the store) or spec.connection.external (an existing store) must be set",
+		},
+		{
+			name:     "a fraction of a byte is refused, naming the field and the fix",
+			input:    backendHead + "  connection:\n    managed:\n      leader: {}\n      members:\n        - nodeSelector: {a: b}\n          capacityPerMember: 100m\n",
+			wantCode: exitInvalid,
+			wantErr:  `invalid: KVCacheBackend/store: spec.connection.managed.members[0].capacityPerMember: Invalid value: "100m": is not a whole number of bytes (the suffix m is a thousandth: 100m is a tenth of a byte); write whole bytes, with a binary suffix, e.g. 8Gi`,
+		},
+		{
+			name:     "a List's items are read one by one, and a bad item is named by its index",
+			input:    "apiVersion: v1\nkind: List\nitems:\n- apiVersion: worker.gpustack.ai/v1\n  kind: KVCachePool\n  metadata: {name: p}\n  spec: {backends: [b], quota: {total: 1Gi}}\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: x}\n",
+			wantCode: exitUsage,
+			wantErr:  "in.yaml: document 1 (line 1), items[1]: kind Deployment (apps/v1) is not an input here",
 		},
 		{
 			name:     "the same object twice is refused",
