@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/operator/store"
@@ -162,6 +163,8 @@ func (r *Reconciler) startDrain(ctx context.Context, s *state, admin store.Admin
 		return nil // being drained already (its own preStop hook, or a job of ours): look again later
 	case err != nil:
 		r.Metrics.ScrapeFailed(b.Name, "drain", err)
+		log.FromContext(ctx).Error(err, "drain of a member could not start", "pod", p.Name, "segments", names)
+		r.Recorder.Eventf(b, p, corev1.EventTypeWarning, "MemberDrainFailed", "Drain", "the master refused the drain of member %s (%s): %v; retried with the next poll", p.Name, strings.Join(names, ", "), err)
 		return nil
 	}
 	b.Status.Drains = append(b.Status.Drains, kvv1.MemberDrain{
@@ -188,6 +191,7 @@ func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admi
 		job = store.DrainJob{Status: "UNKNOWN", Message: "the master that ran the job is gone"}
 	case err != nil:
 		r.Metrics.ScrapeFailed(b.Name, "drain", err)
+		log.FromContext(ctx).Error(err, "drain job unreadable", "pod", p.Name, "job", d.JobID)
 		return false, nil
 	}
 	timeout := drainTimeout(b, p)

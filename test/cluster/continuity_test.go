@@ -279,6 +279,11 @@ func (w *walk) memberChange(t *testing.T) {
 	require.Len(t, before, 2, "a member on each node")
 	lostBefore := lostObjects(getBackend(t, backendName))
 	t0 := time.Now()
+	defer func() {
+		if t.Failed() {
+			t.Logf("the backend's events and the managers' log lines about members since the change:\n%s", diagnose(ctx, t0))
+		}
+	}()
 	out := kubectl(t, nil, "patch", "kvcb", backendName, "--type=json", "-p",
 		`[{"op":"add","path":"/spec/connection/managed/members/0/extraEnv","value":[{"name":"KVCACHE_E2E_MEMBER_CHANGE","value":"1"}]}]`)
 	assert.Contains(t, out, "replaces the members of group 0", "kubectl shows the admission warning: %s", out)
@@ -366,4 +371,33 @@ func backendEvents(ctx context.Context, t *testing.T, reason string) []string {
 		out = append(out, e.Message)
 	}
 	return out
+}
+
+// diagnose collects what says why a store operation did not go as expected: the backend's
+// events and the managers' log lines that mention members, drains or errors since t0.
+func diagnose(ctx context.Context, t0 time.Time) string {
+	var b strings.Builder
+	if l, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + backendName}); err == nil {
+		for _, e := range l.Items {
+			if e.LastTimestamp.Time.After(t0) || e.EventTime.Time.After(t0) || e.CreationTimestamp.Time.After(t0) {
+				fmt.Fprintf(&b, "event %s %s: %s\n", e.Type, e.Reason, e.Message)
+			}
+		}
+	}
+	st := metav1.NewTime(t0)
+	if l, err := env.client.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kvcache-operator"}); err == nil {
+		for _, p := range l.Items {
+			raw, _ := env.client.CoreV1().Pods(releaseNS).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &st}).DoRaw(ctx)
+			for _, line := range strings.Split(string(raw), "\n") {
+				low := strings.ToLower(line)
+				if strings.Contains(low, "drain") || strings.Contains(low, "member") || strings.Contains(low, "error") {
+					if len(line) > 400 {
+						line = line[:400]
+					}
+					fmt.Fprintf(&b, "%s: %s\n", p.Name, line)
+				}
+			}
+		}
+	}
+	return b.String()
 }
