@@ -379,7 +379,7 @@ func diagnose(ctx context.Context, t0 time.Time) string {
 	var b strings.Builder
 	if l, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + backendName}); err == nil {
 		for _, e := range l.Items {
-			if e.LastTimestamp.Time.After(t0) || e.EventTime.Time.After(t0) || e.CreationTimestamp.Time.After(t0) {
+			if e.LastTimestamp.After(t0) || e.EventTime.After(t0) || e.CreationTimestamp.After(t0) {
 				fmt.Fprintf(&b, "event %s %s: %s\n", e.Type, e.Reason, e.Message)
 			}
 		}

@@ -217,6 +217,8 @@ func startManager(t *testing.T, env *testenv.Env, adminAddr string) {
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Logf("manager stopped: %v", err)
+		}
 	})
 }
