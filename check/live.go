@@ -515,6 +515,18 @@ func (l *live) drift(ctx context.Context) error {
 			continue
 		}
 		object := "Pod/" + p.Namespace + "/" + p.Name
+		if name := p.Annotations[vocab.AnnotationBinding]; name != "" {
+			b, found, err := lookup.Binding(ctx, p.Namespace, name)
+			if err != nil {
+				return err
+			}
+			if !found || b.DeletionTimestamp != nil {
+				// Its tenant left the master with the Binding: the Pod runs and caches nothing.
+				l.r.fail("pod.binding", object, sentence(fmt.Sprintf("The KVCachePoolBinding %s it writes under was deleted: its tenant is gone from the store, so its writes fail with TENANT_NOT_REGISTERED (-1701) and it caches nothing", name)),
+					"roll its workload onto another Binding (annotation "+vocab.AnnotationBinding+"), or take it out of the cache ("+vocab.LabelInject+": \"false\").")
+				continue
+			}
+		}
 		diffs, err := l.o.Injector.Drift(ctx, p, p.Namespace, lookup)
 		var rf *injection.Refusal
 		switch {

@@ -49,8 +49,10 @@ func (r *Reconciler) replaceMembers(ctx context.Context, s *state) error {
 	// Drains in progress first: each ends, waits, or is given up.
 	for _, d := range b.Status.Drains {
 		p := podNamed(s.memberPods, d.Pod)
-		if p == nil {
-			continue // gone meanwhile: nothing to finish
+		if p == nil || (d.Reason == kvv1.DrainReplace && !p.DeletionTimestamp.IsZero()) {
+			// Gone meanwhile, or deleted by the reconcile that finished the drain and read
+			// again before its status patch reached the cache: nothing to finish twice.
+			continue
 		}
 		group := memberGroup(p)
 		busy[group] = true

@@ -41,8 +41,9 @@ type probeResult struct {
 	Wrong   int `json:"wrong"`
 }
 
-// startProbe creates a probe in the Binding's namespace and waits until it has put its objects.
-func startProbe(t *testing.T, name string) *probe {
+// startProbe creates a probe in the Binding's namespace (on node, when one is named) and waits
+// until it has put its objects.
+func startProbe(t *testing.T, name, node string) *probe {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, deletePod(ctx, bindingNS, name, 0))
@@ -54,6 +55,9 @@ func startProbe(t *testing.T, name string) *probe {
 	p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env,
 		corev1.EnvVar{Name: "KVCACHE_STANDIN_PROBE_OBJECTS", Value: fmt.Sprint(probeObjects)},
 		corev1.EnvVar{Name: "KVCACHE_STANDIN_PROBE_BYTES", Value: "65536"})
+	if node != "" {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	}
 	_, err := createPod(ctx, p, false)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = deletePod(context.Background(), bindingNS, name, 0) })
@@ -131,7 +135,7 @@ func tagOperatorImage(t *testing.T, tag string) string {
 // managers roll, and no store Pod is replaced or restarted; every probe object reads back; the
 // backend says an update waits, naming the launcher image it would change.
 func (w *walk) operatorUpgrade(t *testing.T) {
-	pr := startProbe(t, "probe-upgrade")
+	pr := startProbe(t, "probe-upgrade", "")
 	before := storePods(t)
 	src := env.images["operator"]
 	tag := src[strings.LastIndex(src, ":")+1:] + "-e2e-upgrade"
@@ -170,7 +174,7 @@ func (w *walk) operatorUpgrade(t *testing.T) {
 // takes over starts empty, so the probe's objects miss, and none reads back wrong.
 func (w *walk) leaderChange(t *testing.T) {
 	ctx := context.Background()
-	pr := startProbe(t, "probe-leader")
+	pr := startProbe(t, "probe-leader", "")
 	const engine = "engine-rollout"
 	_ = deletePod(ctx, bindingNS, engine, 0)
 	_, err := createPod(ctx, labelledPod(engine, bindingName, "0.2"), false)
@@ -189,7 +193,7 @@ func (w *walk) leaderChange(t *testing.T) {
 	}
 	_, transitionsBefore := lease()
 	t0 := time.Now()
-	out := kubectl(t, nil, "patch", "kvcb", backendName, "--type=merge", "-p", `{"spec":{"connection":{"managed":{"leader":{"extraArgs":["-default_kv_lease_ttl=10m"]}}}}}`)
+	out := kubectl(t, nil, "patch", "kvcb", backendName, "--type=merge", "-p", `{"spec":{"connection":{"managed":{"leader":{"extraArgs":["-default_kv_lease_ttl=5s"]}}}}}`)
 	assert.Contains(t, out, "hands over once, gracefully", "kubectl shows the admission warning: %s", out)
 	var holder string
 	eventually(t, 4*time.Minute, 500*time.Millisecond, "every leader Pod on the new template, one of them leading", func() (bool, string) {
@@ -203,7 +207,7 @@ func (w *walk) leaderChange(t *testing.T) {
 			if !p.DeletionTimestamp.IsZero() {
 				return false, p.Name + " terminating"
 			}
-			if !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "-default_kv_lease_ttl=10m") {
+			if !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "-default_kv_lease_ttl=5s") {
 				args = append(args, p.Name)
 			}
 			if p.Labels[vocab.LabelStoreLeader] == "true" && podCondition(&p, corev1.PodReady) {
@@ -274,7 +278,7 @@ func lostObjects(b *kvv1.KVCacheBackend) int64 {
 // store counts no loss.
 func (w *walk) memberChange(t *testing.T) {
 	ctx := context.Background()
-	pr := startProbe(t, "probe-members")
+	pr := startProbe(t, "probe-members", "")
 	before := memberPodsByNode(t)
 	require.Len(t, before, 2, "a member on each node")
 	lostBefore := lostObjects(getBackend(t, backendName))
@@ -308,27 +312,28 @@ func (w *walk) memberChange(t *testing.T) {
 	r := pr.mustRead(t)
 	assert.Equal(t, probeObjects, r.Kept, "every object reads back after every member was replaced: %+v", r)
 	assert.Equal(t, lostBefore, lostObjects(getBackend(t, backendName)), "the store counted no loss")
-	notes := backendEvents(ctx, t, "MemberDrained")
+	notes := objectEvents(ctx, t, "", backendName, "MemberDrained")
 	record(t, "member group Pod template changed: both members replaced one at a time, each drained first, in %s; probe objects kept %d/%d, wrong %d; %s",
 		took.Round(time.Second), r.Kept, probeObjects, r.Wrong, strings.Join(notes, "; "))
 }
 
-// nodeDrain is `kubectl drain` of the node whose member does not serve the probe: the operator
-// drains that member when the node is cordoned; the member then stops (as the node's
-// maintenance would stop it) and every probe object still reads back, none wrong.
+// nodeDrain is `kubectl drain` of the node that runs neither the serving master nor the probe
+// (draining the serving master's node is a failover, and the master that takes over starts
+// empty): the operator drains that node's member when the node is cordoned; the member then
+// stops (as the node's maintenance would stop it) and every probe object still reads back, none
+// wrong.
 func (w *walk) nodeDrain(t *testing.T) {
 	ctx := context.Background()
-	pr := startProbe(t, "probe-drain")
-	probePod, err := env.client.CoreV1().Pods(bindingNS).Get(ctx, pr.name, metav1.GetOptions{})
-	require.NoError(t, err)
+	serving := w.waitSteadyHA(t, "")
+	pr := startProbe(t, "probe-drain", serving.Spec.NodeName)
 	members := memberPodsByNode(t)
 	var node string
 	for n := range members {
-		if n != probePod.Spec.NodeName {
+		if n != serving.Spec.NodeName {
 			node = n
 		}
 	}
-	require.NotEmpty(t, node, "a node without the probe: %v", members)
+	require.NotEmpty(t, node, "a node without the serving master: %v", members)
 	lostBefore := lostObjects(getBackend(t, backendName))
 	t0 := time.Now()
 	kubectl(t, nil, "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=3m")
@@ -359,18 +364,6 @@ func (w *walk) nodeDrain(t *testing.T) {
 		return backendReady(getBackend(t, backendName), w.full)
 	})
 	record(t, "kubectl drain of %s: its member drained in %s (cordon to DRAINED), then stopped; probe objects kept %d/%d, wrong %d", node, drainedAt.Round(time.Second), r.Kept, probeObjects, r.Wrong)
-}
-
-// backendEvents are the notes of the backend's Events with reason.
-func backendEvents(ctx context.Context, t *testing.T, reason string) []string {
-	t.Helper()
-	l, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + backendName})
-	require.NoError(t, err)
-	var out []string
-	for _, e := range l.Items {
-		out = append(out, e.Message)
-	}
-	return out
 }
 
 // diagnose collects what says why a store operation did not go as expected: the backend's

@@ -60,6 +60,7 @@ type walk struct {
 	chart     chartValues
 	created   []string // namespaces this run created, removed at the end
 	firstPod  string   // the first leader Pod, kept when scaling 1 -> 3
+	refusal   string   // what helm uninstall printed when it refused
 }
 
 // chartValues are the chart defaults the suite checks against (read, never assumed).
@@ -672,7 +673,7 @@ func (w *walk) failover(t *testing.T) {
 
 // waitSteadyHA waits for the electing store's steady state: three leader Pods running (none
 // going), exactly one ready and holding the Lease, the backend Ready with full capacity, and
-// the engine's latest put and get good.
+// the engine's latest put and get good (when an engine is named).
 func (w *walk) waitSteadyHA(t *testing.T, engine string) (leaderPod *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
@@ -699,9 +700,11 @@ func (w *walk) waitSteadyHA(t *testing.T, engine string) (leaderPod *corev1.Pod)
 		if ok, msg := backendReady(getBackend(t, backendName), w.full); !ok {
 			return false, msg
 		}
-		lines, err := engineLines(ctx, bindingNS, engine, "server", time.Now().Add(-2*time.Second))
-		if err != nil || len(lines) == 0 || !lines[len(lines)-1].ok() {
-			return false, fmt.Sprintf("engine's latest round not good (%v)", err)
+		if engine != "" {
+			lines, err := engineLines(ctx, bindingNS, engine, "server", time.Now().Add(-2*time.Second))
+			if err != nil || len(lines) == 0 || !lines[len(lines)-1].ok() {
+				return false, fmt.Sprintf("engine's latest round not good (%v)", err)
+			}
 		}
 		leaderPod = &ready[0]
 		return true, ""
@@ -925,6 +928,7 @@ func (w *walk) uninstallFirst(t *testing.T) {
 	out, err := cli(ctx, nil, env.helm, "uninstall", release, "--namespace", releaseNS)
 	require.Error(t, err, "helm uninstall with the walkthrough's objects in place:\n%s", out)
 	t.Logf("helm uninstall, refused:\n%s", out)
+	w.refusal = out
 	for _, want := range []string{"uninstall refused", "ModelDeployment team-a/" + mdName, "KVCachePoolBinding team-a/" + bindingName,
 		"KVCachePool " + poolName, "KVCacheBackend " + backendName, "helm rollback " + release + " "} {
 		assert.Contains(t, out, want)
@@ -951,11 +955,11 @@ func (w *walk) uninstallFirst(t *testing.T) {
 
 // deleteWalkthrough deletes the walkthrough's objects as a user does (kubectl delete -f) and
 // waits until the operator has released them and the store is gone.
-func (w *walk) deleteWalkthrough(t *testing.T) time.Duration {
+func (w *walk) deleteWalkthrough(t *testing.T, flags ...string) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	t0 := time.Now()
-	kubectl(t, w.manifests, "delete", "-f", "-", "--wait=true", "--timeout=3m")
+	kubectl(t, w.manifests, append([]string{"delete", "-f", "-", "--wait=true", "--timeout=3m"}, flags...)...)
 	eventually(t, 2*time.Minute, 250*time.Millisecond, "no store Pod, no engine Pod, nothing a backend owns", func() (bool, string) {
 		for _, ns := range []string{systemNS, bindingNS} {
 			l, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -1017,12 +1021,96 @@ func uninstalled(t *testing.T) {
 	t.Logf("Leases left in %s (owned by nobody): %v", systemNS, names)
 }
 
+// deleteThenUninstall runs the commands the uninstall refusal printed, as printed, while the
+// engines still write under the Binding's tenant: deleting the Binding returns within seconds,
+// the tenant leaves the master's ledger, the Binding's events say what was removed and name the
+// Pods that still use it; then the rest goes and helm uninstall leaves nothing.
 func (w *walk) deleteThenUninstall(t *testing.T) {
-	took := w.deleteWalkthrough(t)
-	record(t, "kubectl delete -f the walkthrough until nothing of it is left: %s", took.Round(100*time.Millisecond))
+	ctx := context.Background()
+	cmds := refusalCommands(t, w.refusal)
+	require.Len(t, cmds, 2, "the refusal prints the Bindings' deletion, then the pools' and backends': %q", w.refusal)
+	const writer = "writer-leaving"
+	_, err := createPod(ctx, labelledPod(writer, bindingName, "0.5"), false)
+	require.NoError(t, err)
+	waitPodReadyIn(t, bindingNS, writer, 2*time.Minute)
+	eventually(t, 30*time.Second, 250*time.Millisecond, "the writer's puts good", func() (bool, string) {
+		lines, err := engineLines(ctx, bindingNS, writer, "server", time.Now().Add(-2*time.Second))
+		return err == nil && len(lines) > 0 && lines[len(lines)-1].ok(), fmt.Sprint(err)
+	})
+	t0 := time.Now()
+	kubectl(t, nil, cmds[0][1:]...)
+	released := time.Since(t0)
+	// The writer runs on, and caches nothing from now on.
+	eventually(t, 30*time.Second, 500*time.Millisecond, "the writer's puts refused", func() (bool, string) {
+		lines, err := engineLines(ctx, bindingNS, writer, "server", time.Now().Add(-2*time.Second))
+		return err == nil && len(lines) > 0 && !lines[len(lines)-1].ok(), fmt.Sprint(err, lines)
+	})
+	require.NoError(t, deletePod(ctx, bindingNS, writer, 0))
+	// Objects a reader leased stay until the lease ends; the pool then removes them and the tenant.
+	eventually(t, time.Minute, 250*time.Millisecond, "the deleted Binding's tenant gone from the master's ledger", func() (bool, string) {
+		ts, err := adminOf(t, backendName).Tenants(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, tq := range ts {
+			if tq.ID == "default" {
+				return false, fmt.Sprintf("%+v", tq)
+			}
+		}
+		return true, ""
+	})
+	unledgered := time.Since(t0)
+	var removed, inUse []string
+	eventually(t, 30*time.Second, 250*time.Millisecond, "the Binding's release events", func() (bool, string) {
+		removed = objectEvents(ctx, t, bindingNS, bindingName, "TenantReleased")
+		inUse = objectEvents(ctx, t, bindingNS, bindingName, "TenantInUse")
+		return len(removed) > 0 && len(inUse) > 0, fmt.Sprintf("TenantReleased %q, TenantInUse %q", removed, inUse)
+	})
+	assert.Contains(t, inUse[0], writer)
+	record(t, "the uninstall refusal's `%s` with an engine writing: returned in %s, the tenant out of the ledger after %s; %s; %s",
+		strings.Join(cmds[0], " "), released.Round(100*time.Millisecond), unledgered.Round(100*time.Millisecond), removed[0], inUse[0])
+	assert.Less(t, released, 30*time.Second, "deleting a Binding whose tenant holds objects takes seconds")
+	t1 := time.Now()
+	kubectl(t, nil, cmds[1][1:]...)
+	took := w.deleteWalkthrough(t, "--ignore-not-found")
+	record(t, "then `%s`: %s; with the rest of the walkthrough, nothing of it left after %s",
+		strings.Join(cmds[1], " "), time.Since(t1).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
 	out := helm(t, "uninstall", release, "--namespace", releaseNS, "--wait")
 	assert.Contains(t, out, "uninstalled")
 	uninstalled(t)
+}
+
+// refusalCommands are the kubectl commands of the uninstall refusal's "delete them first" line,
+// each split into its words.
+func refusalCommands(t *testing.T, refusal string) [][]string {
+	t.Helper()
+	for _, line := range strings.Split(refusal, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "kubectl delete ") || !strings.Contains(line, "&&") {
+			continue
+		}
+		var out [][]string
+		for _, c := range strings.Split(strings.TrimRight(line, "),;"), "&&") {
+			f := strings.Fields(c)
+			require.Equal(t, "kubectl", f[0], "%q", c)
+			out = append(out, f)
+		}
+		return out
+	}
+	require.FailNow(t, "no kubectl commands in the refusal", "%s", refusal)
+	return nil
+}
+
+// objectEvents are the notes of the Events about namespace/name with reason.
+func objectEvents(ctx context.Context, t *testing.T, namespace, name, reason string) []string {
+	t.Helper()
+	l, err := env.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + name})
+	require.NoError(t, err)
+	var out []string
+	for _, e := range l.Items {
+		out = append(out, e.Message)
+	}
+	return out
 }
 
 func (w *walk) installWithoutWait(t *testing.T) {

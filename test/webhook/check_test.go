@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -135,4 +136,28 @@ func TestCheckFindsPodsInjectedForAStoreThatMoved(t *testing.T) {
 	assert.Equal(t, check.Warn, drift.Level, drift.Message)
 	assert.Contains(t, drift.Message, `master_server_address "mooncake-dram-leader.gpustack-system.svc:50051", now "mooncake-dram-leader.kv-store.svc:50051"`)
 	assert.Contains(t, drift.Fix, "recreate the Pod")
+}
+
+// A Pod whose Binding was deleted runs on and caches nothing (its tenant left the store): check
+// says so, naming the Binding and the way out.
+func TestCheckReportsPodsWhoseBindingWasDeleted(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	p, err := create(t, vllmPod(map[string]string{vocab.LabelInject: "true"}), "orphaned")
+	require.NoError(t, err)
+	object := "Pod/" + userNamespace + "/" + p.Name
+	assert.Empty(t, findings(liveCheck(t), "pod.binding")[object].Message, "a Pod whose Binding exists has no binding finding")
+
+	ctx := context.Background()
+	b := &kvv1.KVCachePoolBinding{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: userNamespace, Name: "team-a"}, b))
+	require.NoError(t, env.Client.Delete(ctx, b))
+	require.Eventually(t, func() bool {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), &kvv1.KVCachePoolBinding{})
+		return apierrors.IsNotFound(err)
+	}, 10*time.Second, 100*time.Millisecond, "the Binding gone")
+	f := findings(liveCheck(t), "pod.binding")[object]
+	assert.Equal(t, check.Fail, f.Level, f.Message)
+	assert.Contains(t, f.Message, "KVCachePoolBinding team-a it writes under was deleted")
+	assert.Contains(t, f.Message, "TENANT_NOT_REGISTERED")
+	assert.Contains(t, f.Fix, "another Binding")
 }
