@@ -254,7 +254,14 @@ func (s stats) String() string {
 	for i, x := range s {
 		parts[i] = r(x)
 	}
-	return fmt.Sprintf("min %s / median %s / max %s (%d runs: %s)", r(d[0]), r(d[len(d)/2]), r(d[len(d)-1]), len(d), strings.Join(parts, ", "))
+	return fmt.Sprintf("min %s / median %s / max %s (%d runs: %s)", r(d[0]), r(s.median()), r(d[len(d)-1]), len(d), strings.Join(parts, ", "))
+}
+
+// median of the series (the upper one of an even count).
+func (s stats) median() time.Duration {
+	d := slices.Clone(s)
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // figures are the measurements of one suite run, printed together at its end.
