@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes cluster on this machine, as host processes: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy (iptables mode), CoreDNS, and per node a
-# containerd (Debian's, with runc) and a kubelet. Binaries come from hack/tools.sh (Go module
+# kube-controller-manager, kube-scheduler, kube-proxy (iptables mode), CoreDNS, a NetworkPolicy
+# enforcer (kube-network-policies' evaluator, hack/cluster/netpol), and per node a containerd
+# (Debian's, with runc) and a kubelet. Binaries come from hack/tools.sh (Go module
 # proxy, cached by version); Debian packages are installed with apt when missing.
 #
 # Everything the cluster owns lives under one state directory (override KVCACHE_CLUSTER_DIR):
@@ -71,6 +72,10 @@ SYSCTLS=(net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv4.conf.all.rout
 # iptables-nft tables: deleted by down only when up created them and they are empty again.
 NFT_TABLES=("ip filter" "ip nat" "ip mangle" "ip raw" "ip security" "ip6 filter" "ip6 nat"
   "ip6 mangle" "ip6 raw" "ip6 security" "ip kube-proxy" "ip6 kube-proxy")
+
+# The enforcer's queue and the iptables chain that feeds it (down removes KVCACHE- chains).
+NETPOL_QUEUE=100
+NETPOL_CHAIN=KVCACHE-NETPOL
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
@@ -344,6 +349,7 @@ ensure_pki() {
   pki_cert scheduler "/CN=system:kube-scheduler" clientAuth
   pki_cert kube-proxy "/CN=system:kube-proxy" clientAuth
   pki_cert coredns "/CN=kvcache:coredns" clientAuth
+  pki_cert netpol "/CN=kvcache:netpol" clientAuth
   for i in $(seq 0 $((NODES - 1))); do
     pki_cert "kubelet-$i" "/O=system:nodes/CN=system:node:$(node_name "$i")" clientAuth
     pki_cert "kubelet-serving-$i" "/O=system:nodes/CN=system:node:$(node_name "$i")" serverAuth \
@@ -351,7 +357,7 @@ ensure_pki() {
   done
   mkdir -p "$STATE/kubeconfigs"
   local n
-  for n in admin controller-manager scheduler kube-proxy coredns; do
+  for n in admin controller-manager scheduler kube-proxy coredns netpol; do
     [ -f "$STATE/kubeconfigs/$n" ] || write_kubeconfig "$STATE/kubeconfigs/$n" "$n"
   done
   for i in $(seq 0 $((NODES - 1))); do
@@ -606,6 +612,19 @@ EOF
   start kube-proxy "$(tool kube-proxy)" --config="$STATE/kube-proxy.yaml" --v=1
 }
 
+# The bridge CNI enforces no NetworkPolicy; the enforcer (hack/cluster/netpol) does. The rule
+# below sends the first packet of every new connection between Pods (and from outside the host)
+# to the enforcer's queue; the host's own connections (the kubelets' probes) do not pass FORWARD.
+# With the enforcer gone, packets pass unjudged (queue-bypass): the suites' reachability checks,
+# not a dead cluster, say so.
+start_netpol() {
+  start netpol "$(tool netpol)" --kubeconfig="$STATE/kubeconfigs/netpol" --node="$(node_name 0)" \
+    --nfqueue="$NETPOL_QUEUE" --v=1
+  iptables -N "$NETPOL_CHAIN" 2>/dev/null || iptables -F "$NETPOL_CHAIN"
+  iptables -A "$NETPOL_CHAIN" -d "$CLUSTER_CIDR" -m conntrack --ctstate NEW -j NFQUEUE --queue-num "$NETPOL_QUEUE" --queue-bypass
+  iptables -C FORWARD -j "$NETPOL_CHAIN" 2>/dev/null || iptables -I FORWARD 1 -j "$NETPOL_CHAIN"
+}
+
 # CoreDNS answers only cluster.local and the reverse zones (no forward plugin is built in). As
 # kubeadm's Corefile does since Kubernetes 1.32, cluster.local answers are never cached: the
 # kubernetes plugin follows the API itself, and a cached NXDOMAIN would hide a Service created a
@@ -653,6 +672,34 @@ rules:
   - apiGroups: [discovery.k8s.io]
     resources: [endpointslices]
     verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: kvcache:netpol
+rules:
+  - apiGroups: [""]
+    resources: [pods, namespaces]
+    verbs: [list, watch]
+  - apiGroups: [networking.k8s.io]
+    resources: [networkpolicies]
+    verbs: [list, watch]
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kvcache:netpol
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: kvcache:netpol
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: kvcache:netpol
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -710,7 +757,7 @@ EOF
 # ---------------------------------------------------------------------------------------------
 # up
 
-COMPONENTS_CP=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns)
+COMPONENTS_CP=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns netpol)
 
 all_names() {
   local i
@@ -769,6 +816,7 @@ cmd_up() {
   apply_addons
   start_coredns
   start_proxy
+  start_netpol
   for i in $(seq 0 $((NODES - 1))); do start_kubelet "$i"; done
   local names=()
   for i in $(seq 0 $((NODES - 1))); do names+=("node/$(node_name "$i")"); done
@@ -867,7 +915,7 @@ unmount_state() {
   done < <(awk -v p="$STATE/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r)
 }
 
-# iptables: delete every rule in another chain that jumps to a KUBE-*/CNI-* chain, then flush
+# iptables: delete every rule in another chain that jumps to a KUBE-*/CNI-*/KVCACHE-* chain, then flush
 # and delete those chains, all in one iptables-restore --noflush transaction per table. Nothing
 # else in any table is touched.
 clean_iptables() {
@@ -878,8 +926,8 @@ clean_iptables() {
     script=$(awk -v t="$table" '
       /^\*/ {cur = substr($0, 2); next}
       cur != t {next}
-      /^:(KUBE|CNI)-/ {chains[++n] = substr($1, 2); next}
-      /^-A / && $2 !~ /^(KUBE|CNI)-/ && / -j (KUBE|CNI)-/ {sub(/^-A /, "-D "); dels[++m] = $0}
+      /^:(KUBE|CNI|KVCACHE)-/ {chains[++n] = substr($1, 2); next}
+      /^-A / && $2 !~ /^(KUBE|CNI|KVCACHE)-/ && / -j (KUBE|CNI|KVCACHE)-/ {sub(/^-A /, "-D "); dels[++m] = $0}
       END {
         if (n == 0 && m == 0) exit
         print "*" t
@@ -943,6 +991,7 @@ cmd_down() {
   for i in $(known_nodes); do remove_pods "$i"; done
   for i in $(known_nodes); do stop "containerd-$i" 10; done
   for i in $(known_nodes); do stop_shims "$(ctr_sock "$i")"; done
+  stop netpol 10
   stop kube-proxy 5
   stop coredns 5
   stop kube-scheduler 5

@@ -2,8 +2,8 @@
 # Builds and caches the tools the tests need, from the Go module proxy only (this project's
 # machines reach no other download site): a real kube-apiserver, etcd and kubectl for envtest,
 # helm for the chart, controller-gen for `make generate` and golangci-lint for `make lint`.
-# `cluster` adds what hack/cluster.sh runs: the node and control-plane binaries, CoreDNS,
-# crictl and the sandbox (pause) program.
+# `cluster` adds what hack/cluster.sh runs: the node and control-plane binaries, CoreDNS, the
+# NetworkPolicy enforcer, crictl and the sandbox (pause) program.
 #
 # Binaries live outside the repository, keyed by version, so clean clones and CI reuse them:
 #   ${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}/<tool>-<version>/<tool>
@@ -28,6 +28,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 COREDNS_MODULE=$HERE/cluster/coredns
 COREDNS_VERSION=$(awk '$1 == "require" {$1 = ""; $0 = $0} $1 == "github.com/coredns/coredns" {print $2}' "$COREDNS_MODULE/go.mod")
 [ -n "$COREDNS_VERSION" ] || { echo "tools: no github.com/coredns/coredns requirement in $COREDNS_MODULE/go.mod" >&2; exit 1; }
+# The NetworkPolicy enforcer of hack/cluster.sh (kube-network-policies' controller, one per
+# node in one process), built from its own pinned module; versioned by that module's requirement.
+NETPOL_MODULE=$HERE/cluster/netpol
+NETPOL_VERSION=$(awk '$1 == "require" {$1 = ""; $0 = $0} $1 == "sigs.k8s.io/kube-network-policies" {print $2}' "$NETPOL_MODULE/go.mod")
+[ -n "$NETPOL_VERSION" ] || { echo "tools: no sigs.k8s.io/kube-network-policies requirement in $NETPOL_MODULE/go.mod" >&2; exit 1; }
 # The sandbox image's program: build/pause/linux/pause.c from the k8s.io/kubernetes module zip,
 # tagged as kubeadm's constants name it for this release.
 PAUSE_VERSION=3.10.2
@@ -46,6 +51,7 @@ tool_path() {
     controller-gen) echo "$TOOLS_DIR/controller-gen-$CONTROLLER_GEN_VERSION/controller-gen" ;;
     golangci-lint) echo "$TOOLS_DIR/golangci-lint-$GOLANGCI_LINT_VERSION/golangci-lint" ;;
     coredns) echo "$TOOLS_DIR/coredns-$COREDNS_VERSION/coredns" ;;
+    netpol) echo "$TOOLS_DIR/netpol-$NETPOL_VERSION-$(sha256sum "$NETPOL_MODULE/main.go" | cut -c1-12)/netpol" ;;
     crictl) echo "$TOOLS_DIR/crictl-$CRI_TOOLS_VERSION/crictl" ;;
     pause) echo "$TOOLS_DIR/pause-$PAUSE_VERSION/pause" ;;
     *) log "unknown tool $1"; exit 2 ;;
@@ -129,6 +135,15 @@ build_coredns() (
   install_built "$work/coredns" "$(tool_path coredns)"
 )
 
+# The enforcer, like CoreDNS, from its own module (read-only: a build never rewrites go.sum).
+build_netpol() (
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$NETPOL_MODULE"
+  GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w" -o "$work/netpol" .
+  install_built "$work/netpol" "$(tool_path netpol)"
+)
+
 # pause must be static: the sandbox image holds nothing else. The source ships in the
 # k8s.io/kubernetes module zip, so no download site beyond the module proxy is needed.
 build_pause() (
@@ -156,6 +171,7 @@ build() {
     kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
       build_k8s kube-controller-manager kube-scheduler kubelet kube-proxy ;;
     coredns) build_coredns ;;
+    netpol) build_netpol ;;
     crictl) go_install crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" ;;
     pause) build_pause ;;
     etcd) build_etcd ;;
@@ -197,9 +213,9 @@ assets_dir() {
 
 case "${1:-all}" in
   all) ensure kube-apiserver etcd kubectl helm controller-gen golangci-lint \
-    kube-controller-manager kube-scheduler kubelet kube-proxy coredns crictl pause ;;
+    kube-controller-manager kube-scheduler kubelet kube-proxy coredns netpol crictl pause ;;
   assets) ensure kube-apiserver etcd kubectl && assets_dir ;;
-  cluster) ensure kube-apiserver kubectl etcd kube-controller-manager kube-scheduler kubelet kube-proxy coredns crictl pause ;;
+  cluster) ensure kube-apiserver kubectl etcd kube-controller-manager kube-scheduler kubelet kube-proxy coredns netpol crictl pause ;;
   path) [ $# -eq 2 ] || { log "usage: $0 path TOOL"; exit 2; }; ensure "$2" && tool_path "$2" ;;
   *) log "usage: $0 [all|assets|cluster|path TOOL]"; exit 2 ;;
 esac
