@@ -385,6 +385,15 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
+// memberStopGrace is the grace period of a member stopped with its whole store: enough for the
+// member process to exit on SIGTERM, too short for a drain that has nowhere to go.
+const memberStopGrace = 2
+
+// memberStopping says whether the Pod is already stopping within memberStopGrace.
+func memberStopping(p *corev1.Pod) bool {
+	return p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds <= memberStopGrace
+}
+
 // releaseLease removes the election Lease <backend>-leader, which the leader Pods' launchers
 // create and the operator does not own (so no owner reference takes it away). A launcher still
 // running would create it again, so the store's workloads go first (the members with the
@@ -404,6 +413,23 @@ func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (
 	}
 	for _, o := range workloads {
 		if err := r.Client.Delete(ctx, o, client.PropagationPolicy("Background")); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	}
+	// The whole store goes: a member's preStop drain would only move its objects to members
+	// that are stopping too, for up to its drainTimeout. They stop at once instead.
+	storePods := &corev1.PodList{}
+	if err := r.Client.List(ctx, storePods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{
+		vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name,
+	}); err != nil {
+		return "", err
+	}
+	for i := range storePods.Items {
+		p := &storePods.Items[i]
+		if !strings.HasPrefix(p.Labels[vocab.LabelComponent], vocab.MemberComponentPrefix) || memberStopping(p) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.GracePeriodSeconds(memberStopGrace)); err != nil && !apierrors.IsNotFound(err) {
 			return "", err
 		}
 	}

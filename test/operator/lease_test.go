@@ -23,6 +23,7 @@ import (
 // Deleting a backend removes the election Lease its launchers created, and only once no leader
 // Pod is left to create it again: the leader Deployment and the member DaemonSets go first, the
 // backend waits (saying so) while a leader Pod terminates, then the Lease and the backend go.
+// The members stop at once: nothing is left to drain them into.
 func TestDeletingABackendRemovesItsElectionLease(t *testing.T) {
 	ctx := context.Background()
 	fakeStore(t, "leased", storetest.FakeOptions{MultiTenancy: true})
@@ -46,6 +47,10 @@ func TestDeletingABackendRemovesItsElectionLease(t *testing.T) {
 		}
 	}
 	t.Cleanup(release)
+	// A member on a node: its preStop drain would have nowhere to go with the whole store leaving.
+	member := memberPod(t, "leased", 0, 0, "10.0.0.9")
+	require.NotNil(t, member.Spec.TerminationGracePeriodSeconds)
+	assert.Greater(t, *member.Spec.TerminationGracePeriodSeconds, int64(300), "a member's grace period covers its drain")
 
 	require.NoError(t, env.Client.Delete(ctx, b))
 	got := eventuallyBackend(t, "leased", "waiting for the leader Pod", func(b *kvv1.KVCacheBackend) bool {
@@ -56,6 +61,11 @@ func TestDeletingABackendRemovesItsElectionLease(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: systemNamespace, Name: generator.MemberName("leased", 0)}, &appsv1.DaemonSet{})),
 		"and the members with it, to stop side by side")
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(lease), &coordinationv1.Lease{}), "the Lease stays while a launcher may run")
+	poll(t, func() bool {
+		p := &corev1.Pod{}
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(member), p)
+		return apierrors.IsNotFound(err) || (p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds <= 2)
+	}, func() string { return "the member stopping within 2 s, not after its drain" })
 
 	require.NoError(t, env.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)))
 	release()
