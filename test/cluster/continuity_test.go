@@ -275,7 +275,8 @@ func lostObjects(b *kvv1.KVCacheBackend) int64 {
 // memberChange changes the member group's Pod template (an extraEnv entry): admission says the
 // members are replaced, draining first; every member is replaced, one at a time, each after the
 // master moved its objects to the other; every probe object reads back, none wrong, and the
-// store counts no loss.
+// store counts no loss. The master runs with leaderChange's 5 s lease: the probe's read-back
+// leases its objects, and a drain waits for a lease to end before it moves the object.
 func (w *walk) memberChange(t *testing.T) {
 	ctx := context.Background()
 	pr := startProbe(t, "probe-members", "")
