@@ -282,7 +282,9 @@ func (r *Reconciler) releasePool(ctx context.Context, s *state) error {
 		return nil
 	}
 	if waited < poolReleaseBound {
-		s.pending = fmt.Sprintf("%s; the pool waits at most %s for it (%s so far), retried every %s", waitingFor, poolReleaseBound, waited.Round(time.Second), r.PollInterval)
+		// The deadline, not the time waited: a condition that changes every poll is a write per poll.
+		deadline := s.pool.DeletionTimestamp.Add(poolReleaseBound).UTC().Format(time.RFC3339)
+		s.pending = fmt.Sprintf("%s; the pool waits for it until %s at the latest (%s after its deletion), retried every %s", waitingFor, deadline, poolReleaseBound, r.PollInterval)
 		return nil
 	}
 	r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, "TenantsLeft", "Release",

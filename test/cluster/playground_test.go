@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,28 @@ func removePlayground(t *testing.T, existed map[string]bool) {
 		}
 		return true, nil
 	}); err != nil {
-		t.Errorf("cleanup: namespaces %s not gone: %v", strings.Join(gone, ", "), err)
+		t.Errorf("cleanup: namespaces %s not gone: %v\n%s", strings.Join(gone, ", "), err, whatHoldsNamespaces(gone))
 	}
+}
+
+// whatHoldsNamespaces says why namespaces do not go: their conditions and the Pods left in them.
+func whatHoldsNamespaces(names []string) string {
+	ctx := context.Background()
+	var b strings.Builder
+	for _, name := range names {
+		ns, err := env.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		for _, c := range ns.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				fmt.Fprintf(&b, "namespace %s: %s: %s\n", name, c.Type, c.Message)
+			}
+		}
+		pods, _ := env.client.CoreV1().Pods(name).List(ctx, metav1.ListOptions{})
+		for i := range pods.Items {
+			fmt.Fprintf(&b, "  %s\n", describePod(ctx, &pods.Items[i]))
+		}
+	}
+	return b.String()
 }

@@ -50,14 +50,19 @@ func TestDeletingAPoolReleasesItsTenants(t *testing.T) {
 	t.Logf("pool-del-b1's grant while pool-del-a's tenants are in the ledger: %s", b1.Status.EffectiveQuota)
 	assert.Contains(t, get(t, doomed).Finalizers, poolctrl.FinalizerPool)
 
-	fake.SetCharged("del-a2", 4096) // an engine still holds an object under del-a2
+	// An engine is reading an object of del-a2: its lease keeps it from being removed.
+	fake.SetCharged("del-a2", 4096)
+	fake.LeaseObjects("del-a2", 1, 4096)
 	require.NoError(t, env.Client.Delete(ctx, doomed))
 	p := eventuallyPool(t, "pool-del-a", "held by the tenant that owns objects", func(p *kvv1.KVCachePool) bool {
 		return condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Reason == "PoolDeleting" &&
 			condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Message != "the pool is being deleted; its tenants are released from the ledger and new Pods may not attach"
 	})
 	assert.Equal(t, metav1.ConditionFalse, condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Status, "injection refuses new Pods on this pool")
-	assert.Equal(t, "the pool is being deleted and waits: tenant(s) del-a2 still own objects on KVCacheBackend pool-del (TENANT_NOT_EMPTY); their entries are deleted once the objects expire or are evicted, retried every 500ms",
+	deleted := get(t, doomed).DeletionTimestamp
+	require.NotNil(t, deleted)
+	assert.Equal(t, "the pool is being deleted and waits: tenant(s) del-a2: their objects were removed but those readers hold a lease on, which the master removes once the lease ends (default_kv_lease_ttl after the last read); the pool waits for it until "+
+		deleted.Add(10*time.Minute).UTC().Format(time.RFC3339)+" at the latest (10m0s after its deletion), retried every 500ms",
 		condition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable).Message)
 	assert.Equal(t, kvv1.PhaseDeleting, p.Status.Phase)
 	policy := fake.PolicyFile()

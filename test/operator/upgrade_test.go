@@ -99,7 +99,12 @@ func TestOperatorUpgradeRestartsNoStore(t *testing.T) {
 	changed := leader("upgrade")
 	assert.Equal(t, newImage, launcher(changed))
 	assert.Contains(t, changed.Spec.Template.Spec.Containers[0].Args, "-default_kv_lease_ttl=10m")
-	assert.Equal(t, metav1.ConditionFalse, meta.FindStatusCondition(got.Status.Conditions, kvv1.ConditionUpdatePending).Status)
+	// The members' spec did not change: they keep their launcher, and only they are pending.
+	cond = meta.FindStatusCondition(got.Status.Conditions, kvv1.ConditionUpdatePending)
+	require.NotNil(t, cond)
+	assert.Equal(t, metav1.ConditionTrue, cond.Status, cond.Message)
+	assert.NotContains(t, cond.Message, "upgrade-leader:", "the leader took the update with its spec change")
+	assert.Contains(t, cond.Message, "upgrade-member-0: container kvcache-launcher image "+oldImage+" -> "+newImage)
 
 	// operatorUpdates: Immediate takes an operator's changes at once.
 	im := walkthroughBackend("immediate")
