@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,6 +39,15 @@ type StoreInput struct {
 	// (`kvcache elect`) out of it into the stock store image, and every member Pod its preStop
 	// drain (`kvcache drain-member`). "" means values' default, the chart's.
 	OperatorImage string
+	// OperatorNamespace is the manager's own namespace, whose manager Pods the store's
+	// NetworkPolicy admits to the admin port. "" means values' default, the chart's.
+	OperatorNamespace string
+	// BoundNamespaces are the namespaces holding a Binding on the backend (BoundNamespaces):
+	// the store's NetworkPolicy admits their Pods.
+	BoundNamespaces []string
+	// MetricsFrom are the peers the store's NetworkPolicy admits to the admin port to scrape
+	// the master's metrics (the chart's networkPolicy.metricsFrom).
+	MetricsFrom []networkingv1.NetworkPolicyPeer
 }
 
 // storeValues is the typed data the store templates lay out.
@@ -61,6 +71,8 @@ type storeValues struct {
 	// QuotaPolicy is the seed ledger file's content ("" without multi-tenancy).
 	QuotaPolicy string
 	Tenants     []Tenant
+	// NetworkPolicy is nil when the store renders none.
+	NetworkPolicy *networkPolicyValues
 }
 
 type leaderValues struct {
@@ -218,6 +230,18 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 			return nil, err
 		}
 		v.Members = append(v.Members, mv)
+	}
+	if m.NetworkPolicyEnabled() && !hostNetworkMembers(v) {
+		np := &networkPolicyValues{
+			Name:             NetworkPolicyName(b.Name),
+			BoundNamespaces:  sortedUnique(in.BoundNamespaces),
+			ManagerNamespace: in.OperatorNamespace,
+			MetricsFrom:      in.MetricsFrom,
+		}
+		if np.ManagerNamespace == "" {
+			np.ManagerNamespace = d.OperatorNamespace
+		}
+		v.NetworkPolicy = np
 	}
 	return v, nil
 }

@@ -93,7 +93,7 @@ func StoreRestarts(ctx context.Context, o objects.Reader, r *generator.Renderer,
 	before.Default()
 	after.Default()
 	hashes := func(b *kvv1.KVCacheBackend) (map[string]string, error) {
-		in, err := objects.StoreInput(ctx, o, b, objects.OnBackend{}, "", "")
+		in, err := objects.StoreInput(ctx, o, b, objects.OnBackend{}, objects.StoreOptions{})
 		if err != nil {
 			return nil, err
 		}

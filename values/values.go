@@ -57,9 +57,13 @@ type Defaults struct {
 	// OperatorImage is the operator's own image as the chart installs it by default: the image
 	// electing leader Pods copy the launcher from, and member Pods their drain, when the manager
 	// is not told its own.
-	OperatorImage   string          `json:"operatorImage"`
-	Store           Store           `json:"store"`
-	ModelDeployment ModelDeployment `json:"modelDeployment"`
+	OperatorImage string `json:"operatorImage"`
+	// OperatorNamespace is the namespace the chart is installed in by default (the README's):
+	// the store's NetworkPolicy admits the manager's Pods there when the manager is not told
+	// its own.
+	OperatorNamespace string          `json:"operatorNamespace"`
+	Store             Store           `json:"store"`
+	ModelDeployment   ModelDeployment `json:"modelDeployment"`
 }
 
 // Load parses the embedded defaults. It fails only if defaults.yaml itself is broken, which a

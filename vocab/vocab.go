@@ -74,6 +74,13 @@ const (
 	AnnotationAppliedHash = Prefix + "applied-hash"
 	// LabelStoreLeader marks the leader Pod whose launcher holds the election Lease.
 	LabelStoreLeader = Prefix + "store-leader"
+
+	// LabelNamespaceName is the label the API server sets on every Namespace to its own name:
+	// no tenant can set or change it, so a NetworkPolicy selects namespaces by it alone.
+	LabelNamespaceName = "kubernetes.io/metadata.name"
+	// ManagerAppName is the app.kubernetes.io/name of the manager's Pods as the chart labels
+	// them (the chart's name).
+	ManagerAppName = "kvcache-operator"
 )
 
 // The Mooncake client's variables, as SGLang's reader and the store's own member
@@ -137,6 +144,7 @@ type Names struct {
 	StoreName, ModelDeploymentName, ManagedBy, LabelRoleKind string
 	LabelModelDeployment                                     string
 	AnnotationClientConfig                                   string
+	LabelNamespaceName, ManagerAppName                       string
 
 	MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv       string
 	GlobalSegmentSizeEnv, LocalBufferSizeEnv, LocalHostnameEnv string
@@ -154,7 +162,8 @@ func TemplateNames() Names {
 		StoreName: StoreName, ModelDeploymentName: ModelDeploymentName, ManagedBy: ManagedBy, LabelRoleKind: LabelRoleKind,
 		LabelModelDeployment:   LabelModelDeployment,
 		AnnotationClientConfig: AnnotationClientConfig,
-		MasterEnv:              MasterEnv, MetadataServerEnv: MetadataServerEnv, ProtocolEnv: ProtocolEnv, DeviceEnv: DeviceEnv,
+		LabelNamespaceName:     LabelNamespaceName, ManagerAppName: ManagerAppName,
+		MasterEnv: MasterEnv, MetadataServerEnv: MetadataServerEnv, ProtocolEnv: ProtocolEnv, DeviceEnv: DeviceEnv,
 		GlobalSegmentSizeEnv: GlobalSegmentSizeEnv, LocalBufferSizeEnv: LocalBufferSizeEnv, LocalHostnameEnv: LocalHostnameEnv,
 		TenantEnv: TenantEnv, ConfigPathEnv: ConfigPathEnv, MetricEnv: MetricEnv, BandwidthMetricEnv: BandwidthMetricEnv,
 		MetadataServer: MetadataServer,

@@ -39,6 +39,9 @@ func (b *KVCacheBackend) Default() {
 	if m.OperatorUpdates == "" {
 		m.OperatorUpdates = OperatorUpdatesDeferred
 	}
+	if m.NetworkPolicy.Enabled == nil {
+		m.NetworkPolicy.Enabled = ptr.To(true)
+	}
 	l := &m.Leader
 	if l.Replicas == nil {
 		l.Replicas = ptr.To[int32](1)
@@ -122,6 +125,11 @@ func (s *Setting) Default() {}
 // Electing reports whether the leader replicas elect through a Lease.
 func (l *Leader) Electing() bool {
 	return l.ElectionBackend != ElectionNone
+}
+
+// NetworkPolicyEnabled reports whether the store's NetworkPolicy is rendered (default true).
+func (m *ManagedConnection) NetworkPolicyEnabled() bool {
+	return m.NetworkPolicy.Enabled == nil || *m.NetworkPolicy.Enabled
 }
 
 // MultiTenancyEnabled reports whether the master keeps a tenant quota ledger (default true).

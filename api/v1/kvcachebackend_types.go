@@ -201,6 +201,30 @@ type ManagedConnection struct {
 	// +kubebuilder:default=Deferred
 	// +optional
 	OperatorUpdates OperatorUpdates `json:"operatorUpdates,omitempty"`
+
+	// NetworkPolicy narrows who can reach the store's Pods (leader and members). Mooncake has
+	// no authentication: any Pod that reaches the master or a member can name any tenant and
+	// read, write or evict under it. With the policy (the default) the operator renders a
+	// NetworkPolicy in the system namespace that admits only the Pods of namespaces holding a
+	// KVCachePoolBinding on a pool of this backend (the list follows the Bindings), the store's
+	// own Pods, the operator's manager (the master's admin port) and the metrics scraper the
+	// chart names (networkPolicy.metricsFrom; the admin port only). It is enforced only where
+	// the cluster's network plugin enforces NetworkPolicy. Two bound namespaces can still name
+	// each other's tenant: put teams that must not share a store on backends of their own. A
+	// backend with an rdma or efa member group gets no policy: those members run on the host
+	// network, which a NetworkPolicy can neither select nor admit by Pod.
+	// +kubebuilder:default={}
+	// +optional
+	NetworkPolicy StoreNetworkPolicy `json:"networkPolicy,omitempty"`
+}
+
+// StoreNetworkPolicy switches the store's NetworkPolicy.
+type StoreNetworkPolicy struct {
+	// Enabled renders the NetworkPolicy (true, the default); false removes it, and every Pod
+	// that the cluster's network lets through can reach the store again.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // OperatorUpdates is when a new operator version's changes reach a store's running Pods.

@@ -45,6 +45,7 @@ func newManagerCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf("no cluster to talk to: %v (in a Pod the service account is used; outside, pass --kubeconfig)", err)
 			}
+			o.CertSecret.Namespace = o.Namespace
 			switch certMode {
 			case "self":
 				o.SelfSignedCerts = true
@@ -77,7 +78,8 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs")
 	f.StringVar(&certMode, "cert-mode", "external", "self: create and rotate the webhook CA and serving certificate in --cert-secret-name and keep the webhook configurations' caBundle current; external: certificates in --cert-dir come from elsewhere (cert-manager, a Secret) and are reloaded when they change")
 	f.StringVar(&o.CertSecret.Name, "cert-secret-name", "", "Secret holding the self-managed webhook certificate (--cert-mode self)")
-	f.StringVar(&o.CertSecret.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the manager's own namespace (default: $POD_NAMESPACE)")
+	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the manager's own namespace: its webhook certificate's, and the one the stores' NetworkPolicies admit its Pods from (default: $POD_NAMESPACE)")
+	f.Var(newPeersValue(&o.MetricsFrom), metricsFromFlag, metricsFromUsage)
 	f.StringVar(&o.WebhookService, "webhook-service", "", "Service in front of the webhook server; the certificate is issued for it (--cert-mode self)")
 	f.StringSliceVar(&o.ExtraCertDNSNames, "cert-dns-names", nil, "extra DNS names for the self-managed certificate, beside the webhook Service's (--cert-mode self)")
 	f.StringVar(&o.WebhookConfigName, "webhook-config-name", "", "name of the Mutating- and ValidatingWebhookConfiguration whose caBundle the manager keeps current (--cert-mode self)")

@@ -18,10 +18,9 @@ import (
 )
 
 type renderOptions struct {
-	files           []string
-	systemNamespace string
-	operatorImage   string
-	output          string
+	files  []string
+	store  objects.StoreOptions
+	output string
 }
 
 func newRenderCommand() *cobra.Command {
@@ -38,8 +37,10 @@ The output is what the operator applies: both call the same renderer.`,
 		RunE: printOnSuccess(o.run),
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifest file to render (repeatable; - reads stdin)")
-	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace the managed store runs in")
-	cmd.Flags().StringVar(&o.operatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from and member Pods their preStop drain (the manager's --operator-image; default: the chart's)")
+	cmd.Flags().StringVar(&o.store.SystemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace the managed store runs in")
+	cmd.Flags().StringVar(&o.store.OperatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from and member Pods their preStop drain (the manager's --operator-image; default: the chart's)")
+	cmd.Flags().StringVar(&o.store.OperatorNamespace, "operator-namespace", defaultOperatorNamespace(), "the manager's namespace, whose manager Pods the store's NetworkPolicy admits to the admin port (the manager's --namespace; default: the namespace the chart is installed in by default)")
+	cmd.Flags().Var(newPeersValue(&o.store.MetricsFrom), metricsFromFlag, metricsFromUsage)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	return cmd
 }
@@ -51,6 +52,15 @@ func defaultOperatorImage() string {
 		return ""
 	}
 	return d.OperatorImage
+}
+
+// defaultOperatorNamespace is the namespace the chart is installed in by default.
+func defaultOperatorNamespace() string {
+	d, err := values.Load()
+	if err != nil {
+		return ""
+	}
+	return d.OperatorNamespace
 }
 
 // run renders everything and returns the complete output; nothing is printed unless all of it
@@ -74,11 +84,11 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := fileOptions(o.systemNamespace, r)
+	opts := fileOptions(o.store.SystemNamespace, r)
 	if err := in.validate(cmd.Context(), cmd.ErrOrStderr(), opts); err != nil {
 		return nil, err
 	}
-	objs, err := renderAll(cmd.Context(), r, in, objects.NewFiles(in.set, opts), o.systemNamespace, o.operatorImage)
+	objs, err := renderAll(cmd.Context(), r, in, objects.NewFiles(in.set, opts), o.store)
 	if err != nil {
 		return nil, invalidErrorf("invalid: %v", err)
 	}
@@ -92,7 +102,7 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 // renderAll renders what the operator applies for the input: the store of every backend, its
 // input gathered by the operator's own function (objects.StoreInput), and the roles of every
 // ModelDeployment, resolved as the operator resolves them (injection.ModelDeploymentInput).
-func renderAll(ctx context.Context, r *generator.Renderer, in *apiInput, files *objects.Files, ns, operatorImage string) ([]generator.Object, error) {
+func renderAll(ctx context.Context, r *generator.Renderer, in *apiInput, files *objects.Files, store objects.StoreOptions) ([]generator.Object, error) {
 	var all []generator.Object
 	backends := slices.Clone(in.set.Backends)
 	sort.Slice(backends, func(i, j int) bool { return backends[i].Name < backends[j].Name })
@@ -101,7 +111,7 @@ func renderAll(ctx context.Context, r *generator.Renderer, in *apiInput, files *
 		if err != nil {
 			return nil, err
 		}
-		sin, err := objects.StoreInput(ctx, files, &backends[i], on, ns, operatorImage)
+		sin, err := objects.StoreInput(ctx, files, &backends[i], on, store)
 		if err != nil {
 			return nil, err
 		}

@@ -83,6 +83,45 @@ func TestRenderSystemNamespace(t *testing.T) {
 	assert.Contains(t, out, "value: mooncake-dram-leader.kv-store.svc:50051")
 }
 
+// The store's NetworkPolicy admits the manager from the namespace --operator-namespace names
+// (the chart's by default) and the scraper --network-policy-metrics-from names, as the manager's
+// flags of the same names make the operator apply it.
+func TestRenderNetworkPolicyFlags(t *testing.T) {
+	code, out, errOut := kvcache(t, "", "render")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "kind: NetworkPolicy")
+	assert.Contains(t, out, "          kubernetes.io/metadata.name: kvcache-system\n", "the chart's namespace by default")
+	assert.NotContains(t, out, "monitoring")
+
+	code, out, errOut = kvcache(t, "", "render", "--operator-namespace", "ops",
+		"--network-policy-metrics-from", `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`)
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, out, "kvcache-system")
+	assert.Contains(t, out, `  - from:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: ops
+      podSelector:
+        matchLabels:
+          app.kubernetes.io/name: kvcache-operator
+    ports:
+    - port: 9003
+      protocol: TCP
+  - from:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: monitoring
+    ports:
+    - port: 9003
+      protocol: TCP
+`)
+
+	code, out, errOut = kvcache(t, "", "render", "--network-policy-metrics-from", `[{}]`)
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errOut, `invalid argument "[{}]" for "--network-policy-metrics-from" flag: peer 0 names nothing: set podSelector, namespaceSelector or ipBlock`)
+}
+
 // writeFile puts content in a temp file and returns its path.
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()

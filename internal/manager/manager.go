@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -56,6 +57,12 @@ const (
 type Options struct {
 	// SystemNamespace is where managed stores run and the manager's election Lease lives.
 	SystemNamespace string
+	// Namespace is the manager's own namespace (the chart's POD_NAMESPACE): the stores'
+	// NetworkPolicies admit its Pods from there. "" renders the chart's default.
+	Namespace string
+	// MetricsFrom are the peers the stores' NetworkPolicies admit to scrape the masters (the
+	// chart's networkPolicy.metricsFrom).
+	MetricsFrom []networkingv1.NetworkPolicyPeer
 	// WebhookHost/WebhookPort/CertDir configure the webhook server; certificates in CertDir are
 	// reloaded when they change.
 	WebhookHost string
@@ -284,6 +291,8 @@ func cacheOptions(systemNamespace string) cache.Options {
 			&corev1.ServiceAccount{}: {Label: managed},
 			&rbacv1.Role{}:           {Label: managed},
 			&rbacv1.RoleBinding{}:    {Label: managed},
+			// Only the stores' own, which live in the system namespace alone.
+			&networkingv1.NetworkPolicy{}: {Namespaces: inSystem, Label: managed},
 		}}
 }
 
@@ -344,7 +353,7 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	cat := catalogOf(mgr, o)
 	if err := (&backend.Reconciler{
 		Client: cat.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
-		Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+		OperatorNamespace: o.Namespace, MetricsFrom: o.MetricsFrom, Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

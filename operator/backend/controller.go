@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -54,6 +55,11 @@ type Reconciler struct {
 	// OperatorImage is the operator's own image, which electing leader Pods copy the launcher
 	// from ("" renders the default).
 	OperatorImage string
+	// OperatorNamespace is the manager's own namespace, which the store's NetworkPolicy admits
+	// the manager from ("" renders the default, the chart's).
+	OperatorNamespace string
+	// MetricsFrom are the peers the store's NetworkPolicy admits to scrape the master.
+	MetricsFrom []networkingv1.NetworkPolicyPeer
 	// APIReader reads the API server directly: a workload's managed fields (the cache keeps
 	// none) when an operator update is deferred, and the leader's ReplicaSets at a handover.
 	// Nil: neither is done (every render applies as is).
@@ -88,6 +94,7 @@ var childKinds = []struct {
 	{"ServiceAccount", func() client.ObjectList { return &corev1.ServiceAccountList{} }},
 	{"Role", func() client.ObjectList { return &rbacv1.RoleList{} }},
 	{"RoleBinding", func() client.ObjectList { return &rbacv1.RoleBindingList{} }},
+	{"NetworkPolicy", func() client.ObjectList { return &networkingv1.NetworkPolicyList{} }},
 }
 
 // SetupWithManager registers the controller: backends, their children, the pools and Bindings
@@ -112,10 +119,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}, owned).
 		Owns(&rbacv1.Role{}, owned).
 		Owns(&rbacv1.RoleBinding{}, owned).
+		Owns(&networkingv1.NetworkPolicy{}, owned).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(byInstanceLabel)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.byLease)).
 		Watches(&kvv1.KVCachePool{}, handler.EnqueueRequestsFromMapFunc(byPoolBackend)).
-		// Only a Binding's spec and lifetime change the render (the ledger seed).
+		// Only a Binding's spec and lifetime change the render (the ledger seed, the namespaces
+		// the NetworkPolicy admits).
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool), builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(r.allBackends)).
 		// A node cordoned (or schedulable again) drains (or restarts) the members on it.
@@ -457,7 +466,9 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 	if b.Spec.Connection.Managed == nil {
 		return nil
 	}
-	in, err := objects.StoreInput(ctx, objects.Cluster{Cached: r.Client}, b, s.on, r.SystemNamespace, r.OperatorImage)
+	in, err := objects.StoreInput(ctx, objects.Cluster{Cached: r.Client}, b, s.on, objects.StoreOptions{
+		SystemNamespace: r.SystemNamespace, OperatorImage: r.OperatorImage, OperatorNamespace: r.OperatorNamespace, MetricsFrom: r.MetricsFrom,
+	})
 	if err == nil {
 		s.rendered, err = r.Renderer.RenderStore(in)
 	}

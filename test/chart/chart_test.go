@@ -15,14 +15,19 @@ import (
 	"github.com/distribution/reference"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/golden"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
 	"github.com/kvcache-operator/kvcache/values"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 const (
@@ -230,4 +235,67 @@ func TestChartImagesAreTheOnesTheBuildTags(t *testing.T) {
 		}
 		assert.True(t, sawLauncher && sawStore, "the manager gets --operator-image and the store image Setting: %v", c.Args)
 	}
+}
+
+// The stores' NetworkPolicies admit the manager by its namespace and by the name label of its
+// Pods (vocab.ManagerAppName), and the scraper the chart names: the chart's manager Pods carry
+// that label, the manager learns its namespace from the Pod, `kvcache render` defaults to the
+// namespace the chart is installed in here, and networkPolicy.metricsFrom reaches the manager
+// as a flag value it parses back into the same peers.
+func TestChartTellsTheManagerWhatStoreNetworkPoliciesAdmit(t *testing.T) {
+	d, err := values.Load()
+	require.NoError(t, err)
+	assert.Equal(t, namespace, d.OperatorNamespace, "kvcache render's default --operator-namespace")
+	scraper := `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}},"podSelector":{"matchLabels":{"app.kubernetes.io/name":"prometheus"}}},{"ipBlock":{"cidr":"10.0.0.0/8"}}]`
+	for _, c := range []struct {
+		name string
+		args []string
+		want []networkingv1.NetworkPolicyPeer
+	}{
+		{"by default no scraper", nil, nil},
+		{"the scrapers the values name", []string{"--set-json", "networkPolicy.metricsFrom=" + scraper}, []networkingv1.NetworkPolicyPeer{
+			{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
+			},
+			{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var manager *appsv1.Deployment
+			for _, doc := range strings.Split(template(t, c.args...), "\n---\n") {
+				if strings.Contains(doc, "\nkind: Deployment\n") {
+					manager = &appsv1.Deployment{}
+					require.NoError(t, yaml.Unmarshal([]byte(doc), manager))
+				}
+			}
+			require.NotNil(t, manager, "the chart renders the manager's Deployment")
+			pod := manager.Spec.Template
+			assert.Equal(t, vocab.ManagerAppName, pod.Labels[vocab.LabelName], "the label the stores' NetworkPolicies select the manager's Pods by")
+			assert.Equal(t, vocab.ManagerAppName, manager.Spec.Selector.MatchLabels[vocab.LabelName], "a selector label, which podLabels cannot change")
+			ctr := pod.Spec.Containers[0]
+			var ns *corev1.EnvVar
+			for i := range ctr.Env {
+				if ctr.Env[i].Name == "POD_NAMESPACE" {
+					ns = &ctr.Env[i]
+				}
+			}
+			require.NotNil(t, ns, "the manager's --namespace defaults to $POD_NAMESPACE")
+			require.NotNil(t, ns.ValueFrom)
+			assert.Equal(t, "metadata.namespace", ns.ValueFrom.FieldRef.FieldPath)
+			var flags []string
+			for _, a := range ctr.Args {
+				if v, ok := strings.CutPrefix(a, "--network-policy-metrics-from="); ok {
+					flags = append(flags, v)
+				}
+			}
+			require.Len(t, flags, 1, "the manager gets --network-policy-metrics-from once: %v", ctr.Args)
+			got, err := generator.ParseNetworkPolicyPeers(flags[0])
+			require.NoError(t, err)
+			assert.Equal(t, c.want, got)
+		})
+	}
+	_, errOut, err := helm(t, "template", release, chartDir(), "--set-json", `networkPolicy.metricsFrom=[{}]`)
+	require.Error(t, err, "a peer that names nothing would admit every Pod")
+	assert.Contains(t, errOut, "/networkPolicy/metricsFrom/0")
 }

@@ -25,6 +25,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -369,7 +370,10 @@ func exercise(t *testing.T, env *testenv.Env) {
 		return false
 	}, 30*time.Second, 100*time.Millisecond, "the restart is reported as an event")
 
-	// The render drops the second group, the election accounts and the ledger seed: pruned.
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-store"}, &networkingv1.NetworkPolicy{}),
+		"the store's NetworkPolicy is applied with the rest")
+	// The render drops the second group, the election accounts, the ledger seed and the
+	// NetworkPolicy: pruned.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		b := &kvv1.KVCacheBackend{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: "tenants"}, b); err != nil {
@@ -378,12 +382,14 @@ func exercise(t *testing.T, env *testenv.Env) {
 		b.Spec.Connection.Managed.Members = b.Spec.Connection.Managed.Members[:1]
 		b.Spec.Connection.Managed.Leader.ElectionBackend = kvv1.ElectionNone
 		b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false)
+		b.Spec.Connection.Managed.NetworkPolicy.Enabled = ptr.To(false)
 		return env.Client.Update(ctx, b)
 	}))
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-member-1"}, &appsv1.DaemonSet{})) &&
 			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-leader"}, &rbacv1.RoleBinding{})) &&
-			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-tenant-quota-policy"}, &corev1.ConfigMap{}))
+			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-tenant-quota-policy"}, &corev1.ConfigMap{})) &&
+			apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKey{Namespace: "gpustack-system", Name: "tenants-store"}, &networkingv1.NetworkPolicy{}))
 	}, 30*time.Second, 100*time.Millisecond, "what the render dropped is pruned")
 
 	require.Eventually(t, func() bool {

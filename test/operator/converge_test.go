@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,7 +28,7 @@ import (
 func allChildren(t *testing.T, backend string) map[string]client.Object {
 	t.Helper()
 	return childrenOf(t, backend, &appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
-		&corev1.ServiceAccountList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{})
+		&corev1.ServiceAccountList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{}, &networkingv1.NetworkPolicyList{})
 }
 
 // converged reports "" once the live children are exactly what the backend's spec renders and
@@ -137,6 +138,8 @@ func TestSpecChangesConverge(t *testing.T) {
 		{"both back on in one edit", func(m *kvv1.ManagedConnection) {
 			m.Leader.ElectionBackend, m.Leader.MultiTenancy = kvv1.ElectionKubernetes, ptr.To(true)
 		}},
+		{"networkPolicy off", func(m *kvv1.ManagedConnection) { m.NetworkPolicy.Enabled = ptr.To(false) }},
+		{"networkPolicy on", func(m *kvv1.ManagedConnection) { m.NetworkPolicy.Enabled = ptr.To(true) }},
 	}
 	for _, st := range steps {
 		updateBackend(t, "converge", func(b *kvv1.KVCacheBackend) { st.edit(b.Spec.Connection.Managed) })

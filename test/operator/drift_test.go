@@ -87,7 +87,7 @@ func resourceVersions(t *testing.T, backend string) map[string]string {
 	b := &kvv1.KVCacheBackend{}
 	require.NoError(t, env.Client.Get(context.Background(), client.ObjectKey{Name: backend}, b))
 	out["KVCacheBackend/"+backend] = b.ResourceVersion
-	for k, o := range children(t, backend) {
+	for k, o := range allChildren(t, backend) {
 		out[k] = o.GetResourceVersion()
 	}
 	return out

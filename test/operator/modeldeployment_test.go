@@ -220,8 +220,9 @@ func renderedPodCache(t *testing.T) cache.Cache {
 
 // renderedMatchesApplied runs the real `kvcache render -f` over objs and the Setting catalog,
 // written as a user would save them with kubectl get -o yaml, and requires every printed object
-// to be what the operator applied (testenv.RenderMatchesApplied, through the real kubectl).
-func renderedMatchesApplied(t *testing.T, objs ...client.Object) {
+// to be what the operator applied (testenv.RenderMatchesApplied, through the real kubectl). It
+// returns the objects compared (kind/namespace/name).
+func renderedMatchesApplied(t *testing.T, objs ...client.Object) []string {
 	t.Helper()
 	dir := t.TempDir()
 	bin, err := testenv.BuildKvcache(t.Context(), dir)
@@ -266,4 +267,5 @@ func renderedMatchesApplied(t *testing.T, objs ...client.Object) {
 	t.Logf("kvcache render equals what the operator applied, field by field, for %d objects: %s", len(compared), strings.Join(compared, ", "))
 	assert.Empty(t, diffs, "what kvcache render prints and what the operator applied differ")
 	assert.Greater(t, len(compared), 4, "the store and the roles were compared")
+	return compared
 }
