@@ -18,18 +18,21 @@ build:
 demo:
 	go run ./cmd/kvcache render
 
-## generate: deepcopy and CRDs from api/v1 (controller-gen); never edit their output by hand
+## generate: deepcopy and CRDs from api/v1 (controller-gen), the engine support table and README's
+## matrix from engines/releases.json; never edit their output by hand
 generate:
 	cg="$$($(TOOLS) path controller-gen)"; \
 	"$$cg" object:headerFile=hack/boilerplate.go.txt paths=./api/...; \
 	rm -rf $(CRD_DIR) && "$$cg" crd paths=./api/... output:crd:artifacts:config=$(CRD_DIR); \
 	hack/chart-generate.sh
+	go generate ./engines/
 
-## verify-generate: fail when generated files differ from what the types produce
+## verify-generate: fail when generated files differ from what the types and the support table produce
+GENERATED = api $(CRD_DIR) charts engines/releases_gen.go README.md
 verify-generate: generate
-	@if [ -n "$$(git status --porcelain -- api $(CRD_DIR) charts)" ]; then \
-	  git --no-pager diff -- api $(CRD_DIR) charts; git status --porcelain -- api $(CRD_DIR) charts; \
-	  echo "generated files drifted from api/v1: run 'make generate' and commit the result" >&2; exit 1; \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+	  git --no-pager diff -- $(GENERATED); git status --porcelain -- $(GENERATED); \
+	  echo "generated files drifted from api/v1 or engines/releases.json: run 'make generate' and commit the result" >&2; exit 1; \
 	fi
 
 ## tools: build every tool the tests need (cached; a no-op when present)

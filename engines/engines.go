@@ -73,10 +73,6 @@ type Engine struct {
 	ConfigFileFlag string
 	// Transports the engine's client accepts, in store spelling; nil means any single one.
 	Transports []string
-	// KVCacheDtypes are the --kv-cache-dtype spellings the released engine's parser accepts
-	// (its argparse choices): the Binding's dtype is handed over verbatim, and a spelling outside
-	// them makes the engine exit at start on an argument error. See the tables below.
-	KVCacheDtypes []string
 	// StagingBuffer is the host memory the client stages transfers in, in bytes; it is charged
 	// to the container and appears in no resources field. The vLLM family is given it as
 	// local_buffer_size (its readers' own defaults are GiB); SGLang's is its fixed default.
@@ -135,24 +131,6 @@ const (
 	SGLangStagingBuffer = 16 << 20
 )
 
-// The --kv-cache-dtype choices of the releases this project is checked against; test/readers
-// compares each list with the one the released code defines, so a new release that changes them
-// fails there first.
-var (
-	// vLLM 0.29.0: CacheDType in vllm/config/cache.py, as its CLI offers them (sorted).
-	vllmDtypes = []string{"auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
-		"fp8_per_token_head", "int4_per_token_head", "int8_per_token_head", "nvfp4", "nvfp4_4over6",
-		"turboquant_3bit_nc", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_k8v4"}
-	// vLLM-Ascend 0.23.0.post1 defines none of its own: it runs inside vLLM 0.23.0's CLI, whose
-	// CacheDType lacks two of 0.29.0's (int4_per_token_head, nvfp4_4over6).
-	vllmAscendDtypes = []string{"auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
-		"fp8_per_token_head", "int8_per_token_head", "nvfp4",
-		"turboquant_3bit_nc", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_k8v4"}
-	// SGLang 0.5.18: ServerArgs' --kv-cache-dtype choices in sglang/srt/server_args.py (no fp8,
-	// no float16; bf16 is its own).
-	sglangDtypes = []string{"auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1"}
-)
-
 var (
 	vllmServe     = Serve{Subcommand: "serve", PortFlag: "--port"}
 	vllmProgram   = Program{Executable: "vllm", Engine: "vLLM"}
@@ -171,7 +149,6 @@ var (
 		InjectedEnv:    []string{vocab.ConfigPathEnv},
 		RefusedFlags:   []string{kvOffloadingSize},
 		ConfigFileFlag: configFile,
-		KVCacheDtypes:  vllmDtypes,
 		StagingBuffer:  VLLMStagingBuffer,
 		Serve:          vllmServe,
 	}
@@ -189,7 +166,6 @@ var (
 		RefusedFlags:   []string{kvOffloadingSize},
 		ConfigFileFlag: configFile,
 		Transports:     []string{"ascend"},
-		KVCacheDtypes:  vllmAscendDtypes,
 		StagingBuffer:  VLLMStagingBuffer,
 		Serve:          vllmServe,
 	}
@@ -203,7 +179,6 @@ var (
 		SourceEnv:      []string{vocab.SGLangConfigPathEnv},
 		InjectedEnv: []string{vocab.TenantEnv, vocab.MasterEnv, vocab.MetadataServerEnv, vocab.ProtocolEnv, vocab.DeviceEnv,
 			vocab.GlobalSegmentSizeEnv, vocab.LocalHostnameEnv},
-		KVCacheDtypes:         sglangDtypes,
 		StagingBuffer:         SGLangStagingBuffer,
 		Serve:                 Serve{ModelFlag: "--model-path", PortFlag: "--port"},
 		HierarchicalCacheFlag: enableHierarchicalFlag,
@@ -273,9 +248,6 @@ func (e Engine) OtherPrograms() []Program {
 	}
 	return out
 }
-
-// AcceptsDtype reports whether the engine's --kv-cache-dtype takes the spelling dtype.
-func (e Engine) AcceptsDtype(dtype string) bool { return slices.Contains(e.KVCacheDtypes, dtype) }
 
 // AcceptsTransport reports whether the client accepts a store-spelled protocol.
 func (e Engine) AcceptsTransport(protocol string) bool {
@@ -508,4 +480,17 @@ func (e Engine) CheckLaunchEnv(l Launch) []EnvFinding {
 // OverrideEnvMessage is why a container's own declaration of an OverrideEnv variable is refused.
 func (e Engine) OverrideEnvMessage(name string) string {
 	return fmt.Sprintf("env %s is read by %s instead of the projected file's value, so the Binding's would be unread; remove it and let the Binding configure the store", name, e.Name)
+}
+
+// JudgedFlags are the flags injection writes, refuses or looks for on engine e, in the order
+// the support table checks each release's parser for them.
+func (e Engine) JudgedFlags() []string {
+	out := slices.Concat(e.OwnedFlags, e.SourceFlags, e.RefusedFlags)
+	if e.ConfigFileFlag != "" {
+		out = append(out, e.ConfigFileFlag)
+	}
+	if e.HierarchicalCacheFlag != "" {
+		out = append(out, e.HierarchicalCacheFlag, DisaggregationModeFlag, retractionBackupFlag)
+	}
+	return out
 }

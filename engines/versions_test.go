@@ -6,18 +6,13 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestBundledClientsAndLines(t *testing.T) {
-	c, ok := VLLM.BundledClient("v0.29.0")
-	assert.True(t, ok)
-	assert.Equal(t, "0.3.13.post1", c)
-	_, ok = SGLang.BundledClient("0.4.0")
-	assert.False(t, ok, "an engine release this project has not measured is unknown, not guessed")
+func TestMooncakeLinesAndImageTags(t *testing.T) {
 	for in, want := range map[string]string{"0.3.13.post1": "0.3.13", "0.3.13.post1-cpu": "0.3.13", "v0.3.12": "0.3.12"} {
 		got, ok := MooncakeLine(in)
 		assert.True(t, ok, in)
 		assert.Equal(t, want, got, in)
 	}
-	_, ok = MooncakeLine("latest")
+	_, ok := MooncakeLine("latest")
 	assert.False(t, ok)
 	for in, want := range map[string]string{
 		"gpustack/mirrored-mooncake:0.3.13.post1-cpu":      "0.3.13.post1-cpu",

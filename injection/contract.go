@@ -25,6 +25,7 @@ const (
 	ReasonTransportMixed       = "NotSupportedTransport"
 	ReasonTransportUnsupported = "TransportUnsupported"
 	ReasonDtypeUnsupported     = "DtypeUnsupported"
+	ReasonReleaseUnsupported   = "ReleaseUnsupported"
 	ReasonConfigVolume         = "ConfigVolumeConflict"
 	ReasonLookupFailed         = "LookupFailed"
 )

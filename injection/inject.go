@@ -129,6 +129,16 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 		}
 	}
 	res, frag := pre.res, pre.frag
+	release := ContainerRelease(a.engine, c)
+	releaseWarning, rf := JudgeRelease(release, fmt.Sprintf("the tag of image %s of container %q", c.Image, c.Name))
+	if rf != nil {
+		return Result{}, rf
+	}
+	if dtypeOwned {
+		if rf := Dtype(release, res.Binding); rf != nil {
+			return Result{}, rf
+		}
+	}
 	argv := engines.NewEnvironment(frag.EnvOf(c), c.EnvFrom).Expand(slices.Concat(c.Command, c.Args))
 	command, args := engines.Texts(argv[:len(c.Command)]), engines.Texts(argv[len(c.Command):])
 	if rf := checkContainer(a, pod, c, argv, dtypeOwned); rf != nil {
@@ -167,7 +177,11 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 		return Result{}, err
 	}
 	patch := a.engine.Edits(pod, containerIndex(pod, c.Name), frag, map[string]string{vocab.AnnotationInjected: string(b)})
-	return Result{Injected: true, Patch: patch, Warnings: warnings(a.engine, c, frag), Record: rec}, nil
+	w := warnings(a.engine, c, frag)
+	if releaseWarning != "" {
+		w = append([]string{releaseWarning}, w...)
+	}
+	return Result{Injected: true, Patch: patch, Warnings: w, Record: rec}, nil
 }
 
 // argWhere names argument k of command+args (the command holds n) as the container spells it.
@@ -183,11 +197,6 @@ func (i *Injector) attach(ctx context.Context, r objects.Reader, namespace strin
 	res, rf := Resolve(ctx, r, namespace, a.binding, a.engine, NamedByAnnotation)
 	if rf != nil {
 		return nil, rf, nil
-	}
-	if dtypeOwned {
-		if rf := Dtype(a.engine, res.Binding); rf != nil {
-			return nil, rf, nil
-		}
 	}
 	ci := res.CacheInput(dtypeOwned)
 	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role})
@@ -564,18 +573,6 @@ func Transport(e engines.Engine, b *kvv1.KVCacheBackend, pool string) (string, *
 		return "", refuse(ReasonTransportMixed, "KVCachePool %q offers more than one transport, %s, and a %s client installs only one: a block on a group with another transport fails with NotSupportedTransport; make the backend's groups use one protocol or choose another pool", pool, describeOffers(offers), e.Name)
 	}
 	return offers[0].Protocol, nil
-}
-
-// Dtype checks that an engine's --kv-cache-dtype accepts the Binding's dtype, which injection
-// hands over verbatim while it owns the dtype. A Binding itself stays valid: another engine may
-// accept its spelling. ModelDeployment validation calls it too.
-func Dtype(e engines.Engine, b *kvv1.KVCachePoolBinding) *Refusal {
-	dtype := b.Spec.Domain.Dtype
-	if e.AcceptsDtype(dtype) {
-		return nil
-	}
-	return refuse(ReasonDtypeUnsupported, "KVCachePoolBinding %s/%s has the dtype %q, which %s does not accept for %s, so the engine would exit at start on an argument error; %s accepts %s: attach through a Binding whose domain's dtype %s accepts (a domain is immutable, so another dtype needs another Binding)",
-		b.Namespace, b.Name, dtype, e.Name, engines.DtypeFlag, e.Name, strings.Join(e.KVCacheDtypes, ", "), e.Name)
 }
 
 // readFailed refuses on a read that failed (an *objects.ReadError names what it read).

@@ -170,13 +170,14 @@ func noWritesMessage(in CacheUseInput, ready []PodUse) string {
 			continue
 		}
 		seen[id] = true
+		module, others := readerModule(p)
 		switch id {
 		case engines.VLLM.ID:
-			checks = append(checks, fmt.Sprintf(`that the image has the reader of the injected file: kubectl -n %s exec %s -- python3 -c "import vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker" (an ImportError means nothing reads it: the engine runs with no cache at all)`, p.Namespace, p.Name))
+			checks = append(checks, fmt.Sprintf(`that the image has the reader of the injected file: kubectl -n %s exec %s -- python3 -c "import %s"%s (an ImportError means nothing reads it: the engine runs with no cache at all)`, p.Namespace, p.Name, module, others))
 		case engines.VLLMAscend.ID:
 			checks = append(checks, "vLLM-Ascend's Mooncake backend never passes the tenant to the store: its writes go to the tenant default, which needs a KVCachePoolBinding whose domain is default")
 		case engines.SGLang.ID:
-			checks = append(checks, fmt.Sprintf(`that the image has SGLang's Mooncake store: kubectl -n %s exec %s -- python3 -c "import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store"`, p.Namespace, p.Name))
+			checks = append(checks, fmt.Sprintf(`that the image has SGLang's Mooncake store: kubectl -n %s exec %s -- python3 -c "import %s"%s`, p.Namespace, p.Name, module, others))
 		}
 	}
 	if in.Tenant != kvv1.DefaultDomainName {
@@ -189,6 +190,24 @@ func noWritesMessage(in CacheUseInput, ready []PodUse) string {
 	checks = append(checks, versionChecks(in, ready)...)
 	return fmt.Sprintf("no write under tenant %s reached the master of KVCacheBackend %s while %s %s been Ready for %s or longer: the configuration is in place, yet the engine caches nothing. Check %s",
 		in.Tenant, in.Backend, podList(ready), plural(len(ready), "has", "have"), in.Window, strings.Join(checks, "; "))
+}
+
+// readerModule is the module of the Mooncake reader on the Pod's engine release, from the
+// support table, and, when the table does not hold the release, where the reader lives on the
+// releases it does (the newest supported release's module is the one to import).
+func readerModule(p PodUse) (module, others string) {
+	if v := p.Engine.LookupRelease(p.EngineVersion); v.Release != nil && v.Status != engines.ReleaseNewer {
+		return v.Release.ReaderModule(), ""
+	}
+	modules := p.Engine.ReaderModules()
+	if len(modules) == 0 {
+		return "", ""
+	}
+	module, _, _ = strings.Cut(modules[0], " (")
+	if len(modules) > 1 {
+		others = fmt.Sprintf(" (the reader's module by release: %s)", strings.Join(modules, "; "))
+	}
+	return module, others
 }
 
 // versionChecks says when an engine release bundles a Mooncake client on another line than the

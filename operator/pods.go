@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,17 +66,16 @@ func running(pods []corev1.Pod) []corev1.Pod {
 }
 
 // InjectedUse describes an injected Pod: its engine from the injection record, the engine's
-// release from its container's image tag when that names one this project measured.
+// release from its container's image tag when the image is the engine's published one and the
+// support table holds that release.
 func InjectedUse(p *corev1.Pod) PodUse {
 	u := podUse(p)
 	if rec, ok := injection.RecordOf(p); ok {
 		u.Engine, _ = engines.ByID(rec.Engine)
 	}
 	if c := engineContainer(p); c != nil && u.Engine.ID != "" {
-		if tag := strings.TrimPrefix(engines.ImageTag(c.Image), "v"); tag != "" {
-			if _, known := u.Engine.BundledClient(tag); known {
-				u.EngineVersion = tag
-			}
+		if v := injection.ContainerRelease(u.Engine, c); v.Release != nil && v.Status != engines.ReleaseNewer {
+			u.EngineVersion = v.Version
 		}
 	}
 	return u

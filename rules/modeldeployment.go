@@ -148,8 +148,16 @@ func attachment(ctx context.Context, o objects.Reader, md *kvv1.ModelDeployment,
 		if re.engine.ID == engines.VLLMAscend.ID {
 			prefix = ascendRoles(md, roleEngines)
 		}
+		release := re.engine.LookupRelease(md.Spec.Engine.Version)
+		w, rf := injection.JudgeRelease(release, "spec.engine.version")
+		if rf != nil {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "engine", "version"), md.Spec.Engine.Version, prefix+rf.Message))
+		}
+		if w != "" {
+			warnings = append(warnings, prefix+w)
+		}
 		if dtypeOwned {
-			if rf := injection.Dtype(re.engine, binding); rf != nil {
+			if rf := injection.Dtype(release, binding); rf != nil {
 				errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
 			}
 		}

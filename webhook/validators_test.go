@@ -738,6 +738,10 @@ func TestModelDeploymentValidator(t *testing.T) {
 		return objs
 	}
 	const skewSGLang = "SGLang 0.5.18 bundles the Mooncake client 0.3.12.post1, and the master of KVCacheBackend mooncake-dram runs gpustack/mirrored-mooncake:0.3.13.post1-cpu (Mooncake 0.3.13): a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900); use an engine release on the store's line, or a store image of Mooncake 0.3.12"
+	// vLLM-Ascend 0.23.0.post1's image is built with Mooncake 0.3.11.post1 (its Dockerfile), a
+	// line before the walkthrough store's 0.3.13.
+	const skewAscend = "vLLM-Ascend 0.23.0.post1 bundles the Mooncake client 0.3.11.post1, and the master of KVCacheBackend mooncake-dram runs gpustack/mirrored-mooncake:0.3.13.post1-cpu (Mooncake 0.3.13): a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900); use an engine release on the store's line, or a store image of Mooncake 0.3.11"
+	const onAscendServer = "role server runs on InstanceType ascend-910b, whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: "
 	fp8Cluster := func() []client.Object {
 		objs := vtWalkthrough()
 		b := vtBinding("team-a", "team-a", "shared-dram", "")
@@ -752,6 +756,13 @@ func TestModelDeploymentValidator(t *testing.T) {
 	withRoles := func(roles ...kvv1.Role) *kvv1.ModelDeployment {
 		md := vtDeployment()
 		md.Spec.Roles = roles
+		return md
+	}
+	// onAscend is withRoles for roles on an Ascend InstanceType, where vLLM runs as vLLM-Ascend and
+	// spec.engine.version names a vLLM-Ascend release: the newest the support table has read.
+	onAscend := func(roles ...kvv1.Role) *kvv1.ModelDeployment {
+		md := withRoles(roles...)
+		md.Spec.Engine.Version = "0.23.0.post1"
 		return md
 	}
 	tests := []vtCase[*kvv1.ModelDeployment]{
@@ -815,16 +826,18 @@ func TestModelDeploymentValidator(t *testing.T) {
 		{
 			name:    "vLLM on an ascend InstanceType with a tcp pool is refused with the vLLM-Ascend message",
 			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
-			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			obj:     onAscend(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
 			want:    []string{ascend},
+			warn:    admission.Warnings{onAscendServer + skewAscend},
 		},
 		{
 			// The render runs vLLM-Ascend on such a type too (generator.EngineFor), so admission
 			// must judge it as vLLM-Ascend.
 			name:    "the manufacturer is matched without case: Ascend is ascend",
 			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", "Ascend")),
-			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			obj:     onAscend(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
 			want:    []string{ascend},
+			warn:    admission.Warnings{onAscendServer + skewAscend},
 		},
 		{
 			name: "vLLM-Ascend on an external tcp store is told to declare the store's transport, not to set CANN on member groups it has none of",
@@ -838,13 +851,14 @@ func TestModelDeploymentValidator(t *testing.T) {
 				objs[1] = b
 				return append(objs, vtInstanceType("ascend-910b", kvv1.ManufacturerAscend))
 			}(),
-			obj:  withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			obj:  onAscend(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
 			want: []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": role server runs on InstanceType ascend-910b, whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: vLLM-Ascend accepts only the ascend transport and KVCachePool "shared-dram" offers tcp (spec.transport): tcp against ascend, and the engine would fail at start (MooncakeBackend does not support protocol 'tcp'); if the store behind KVCacheBackend "mooncake-dram" serves ascend, declare spec.transport.protocol: CANN there, or choose a pool that offers ascend`},
 		},
 		{
 			name:    "vLLM on an ascend InstanceType with a CANN pool is admitted",
 			cluster: append(cluster(kvv1.ProtocolCANN), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
-			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			obj:     onAscend(kvv1.Role{Name: "server", InstanceType: "ascend-910b"}),
+			warn:    admission.Warnings{onAscendServer + skewAscend},
 		},
 		{
 			name:    "vLLM on an nvidia InstanceType with a tcp pool is admitted",
@@ -869,10 +883,11 @@ func TestModelDeploymentValidator(t *testing.T) {
 		{
 			name:    "two ascend roles on a tcp pool are refused once, naming both",
 			cluster: append(vtWalkthrough(), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
-			obj: withRoles(
+			obj: onAscend(
 				kvv1.Role{Name: "prefill", Kind: kvv1.RolePrefill, InstanceType: "ascend-910b"},
 				kvv1.Role{Name: "decode", Kind: kvv1.RoleDecode, InstanceType: "ascend-910b"}),
 			want: []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": roles prefill (InstanceType ascend-910b), decode (InstanceType ascend-910b) run on InstanceTypes whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: vLLM-Ascend accepts only the ascend transport and KVCachePool "shared-dram" offers tcp (members[0]): tcp against ascend, and the engine would fail at start (MooncakeBackend does not support protocol 'tcp'); set spec.transport.protocol: CANN on KVCacheBackend "mooncake-dram" (or transport.protocol: CANN on the member group serving these nodes), or choose a pool that offers ascend`},
+			warn: admission.Warnings{"roles prefill (InstanceType ascend-910b), decode (InstanceType ascend-910b) run on InstanceTypes whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: " + skewAscend},
 		},
 		{
 			name:    "an owned flag in extraArgs is refused in its underscore spelling",
@@ -936,7 +951,7 @@ func TestModelDeploymentValidator(t *testing.T) {
 			name:    "SGLang attached to a Binding in fp8, a spelling SGLang's --kv-cache-dtype lacks, is refused naming the ones it takes",
 			cluster: fp8Cluster(),
 			obj:     sglang(vtDeployment()),
-			want:    []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePoolBinding team-a/team-a has the dtype "fp8", which SGLang does not accept for --kv-cache-dtype, so the engine would exit at start on an argument error; SGLang accepts auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1: attach through a Binding whose domain's dtype SGLang accepts (a domain is immutable, so another dtype needs another Binding)`},
+			want:    []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePoolBinding team-a/team-a has the dtype "fp8", which SGLang 0.5.18 does not accept for --kv-cache-dtype, so the engine would exit at start on an argument error; SGLang 0.5.18 accepts auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1: attach through a Binding whose domain's dtype it accepts (a domain is immutable, so another dtype needs another Binding)`},
 			warn:    admission.Warnings{skewSGLang},
 		},
 		{
@@ -959,8 +974,9 @@ func TestModelDeploymentValidator(t *testing.T) {
 		{
 			name:    "MOONCAKE_MASTER in a vLLM-Ascend role's env is refused: that engine reads it over the projected file",
 			cluster: append(cluster(kvv1.ProtocolCANN), vtInstanceType("ascend-910b", kvv1.ManufacturerAscend)),
-			obj:     withRoles(kvv1.Role{Name: "server", InstanceType: "ascend-910b", Env: []corev1.EnvVar{{Name: "MOONCAKE_MASTER", Value: "elsewhere:50051"}}}),
+			obj:     onAscend(kvv1.Role{Name: "server", InstanceType: "ascend-910b", Env: []corev1.EnvVar{{Name: "MOONCAKE_MASTER", Value: "elsewhere:50051"}}}),
 			want:    []string{"spec.roles[0].env[0].name: Forbidden: env MOONCAKE_MASTER is read by vLLM-Ascend instead of the projected file's value, so the Binding's would be unread; remove it and let the Binding configure the store"},
+			warn:    admission.Warnings{onAscendServer + skewAscend},
 		},
 		{
 			name:    "an owned flag reaching the engine through $(NAME) in extraArgs is refused as expanded",

@@ -88,40 +88,45 @@ type harnessCase struct {
 }
 
 type verdict struct {
+	Name     string         `json:"name"`
 	Accepted bool           `json:"accepted"`
+	Errors   []string       `json:"errors"`
 	Read     map[string]any `json:"read"`
-	Stderr   string         `json:"-"`
 }
 
-// runHarness feeds one case to harness.py. Exit 0 is accepted, 1 rejected (stderr holds one
-// line per rejection, naming the case, the reader and the reader's own error); anything else is
-// the harness failing to run, which fails the test.
-func runHarness(t *testing.T, c harnessCase) verdict {
+// harnessArgs are the arguments that select release r for harness.py: the release, where the
+// table says its reader lives, and on vLLM-Ascend the vLLM it runs in.
+func harnessArgs(dir string, r engines.Release) []string {
+	args := []string{filepath.Join(repo(), "test", "readers", "harness.py"), "--readers", dir,
+		"--release", r.Engine + "==" + r.Version, "--reader", r.Reader}
+	if r.Base != "" {
+		args = append(args, "--base", r.Base)
+	}
+	return args
+}
+
+// runHarness feeds cases to harness.py under release r, one process for all of them, and
+// returns a verdict per case, in order. A harness that cannot run fails the test, naming the
+// release.
+func runHarness(t *testing.T, r engines.Release, cases []harnessCase) []verdict {
 	t.Helper()
 	dir := readersDir(t)
-	in, err := json.Marshal(c)
+	in, err := json.Marshal(cases)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(dir, "venv", "bin", "python"),
-		filepath.Join(repo(), "test", "readers", "harness.py"), "--readers", dir, "-")
+	cmd := exec.Command(filepath.Join(dir, "venv", "bin", "python"), append(harnessArgs(dir, r), "-")...)
 	cmd.Stdin = bytes.NewReader(in)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 1) {
-		t.Fatalf("test/readers/harness.py could not run %s: %v\n%s%s", c.Name, err, stderr.String(), stdout.String())
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("test/readers/harness.py could not run %s %s: %v\n%s", r.Engine, r.Version, err, stderr.String())
 	}
-	var v verdict
-	if jerr := json.Unmarshal(stdout.Bytes(), &v); jerr != nil {
-		t.Fatalf("test/readers/harness.py printed no verdict for %s (%v):\n%s%s", c.Name, jerr, stdout.String(), stderr.String())
+	var vs []verdict
+	if err := json.Unmarshal(stdout.Bytes(), &vs); err != nil || len(vs) != len(cases) {
+		t.Fatalf("test/readers/harness.py printed no verdict per case for %s %s (%v):\n%s%s", r.Engine, r.Version, err, stdout.String(), stderr.String())
 	}
-	v.Stderr = stderr.String()
-	if v.Accepted != (err == nil) {
-		t.Fatalf("test/readers/harness.py: verdict %v but exit %v for %s", v.Accepted, err, c.Name)
-	}
-	return v
+	return vs
 }
 
 // document is one YAML document of a golden file.
@@ -392,31 +397,32 @@ func modelDeploymentCases(t *testing.T) []harnessCase {
 	return cases
 }
 
-// subtestName keeps a case's name readable as a subtest path (go test rewrites spaces).
-func subtestName(c harnessCase) string {
-	return strings.NewReplacer("snapshots/", "", " container ", "/", " ", "_").Replace(c.Name)
-}
-
+// runAll runs every case under every release the table supports of the case's engine; a
+// rejection names the release and the golden.
 func runAll(t *testing.T, cases []harnessCase) {
 	t.Helper()
-	engines := map[string]int{}
-	for _, c := range cases {
-		engines[c.Engine]++
-	}
-	t.Logf("%d containers: %v", len(cases), engines)
-	for _, c := range cases {
-		t.Run(subtestName(c), func(t *testing.T) {
-			t.Parallel()
-			v := runHarness(t, c)
-			if !v.Accepted {
-				t.Errorf("a released engine rejects what %s configures:\n%s", c.Name, v.Stderr)
+	for _, e := range engines.All() {
+		var mine []harnessCase
+		for _, c := range cases {
+			if c.Engine == e.ID {
+				mine = append(mine, c)
 			}
-			if flags, ok := v.Read["flags whose values were not checked"]; ok {
-				t.Logf("%s passes flags whose values no reader here checks: %v", c.Name, flags)
+		}
+		for _, r := range e.Releases() {
+			if !r.Supported {
+				continue
 			}
-			read, _ := json.Marshal(v.Read)
-			t.Logf("read: %s", read)
-		})
+			t.Run(e.ID+"-"+r.Version, func(t *testing.T) {
+				t.Parallel()
+				vs := runHarness(t, r, mine)
+				for i, v := range vs {
+					if !v.Accepted {
+						t.Errorf("%s %s rejects what %s configures:\n%s", e.Name, r.Version, mine[i].Name, strings.Join(v.Errors, "\n"))
+					}
+				}
+				t.Logf("%d containers accepted by %s %s", len(vs), e.Name, r.Version)
+			})
+		}
 	}
 }
 
@@ -519,11 +525,25 @@ func TestHarnessVerdictsOnVariedGoldens(t *testing.T) {
 	sglang := goldenCase(t, "sglang-server.injected.yaml")
 	standalone := func(m map[string]any) { m["mode"] = "standalone-store" }
 	for _, tc := range []struct {
-		name   string
-		c      harnessCase
-		accept bool
-		reason []string // substrings of the rejection: the reader, and its own words
+		name    string
+		c       harnessCase
+		release engines.Release // the engine's pin when empty
+		accept  bool
+		reason  []string // substrings of the rejection: the reader, and its own words
 	}{
+		{name: "SGLang 0.5.21 rejects fp4_e2m1, which it dropped from --kv-cache-dtype",
+			c: withArg(sglang, "--kv-cache-dtype", "fp4_e2m1"), release: release(t, engines.SGLang, "0.5.21"),
+			reason: []string{"ServerArgs argparse", "invalid choice: 'fp4_e2m1'"}},
+		{name: "SGLang 0.5.20 still accepts fp4_e2m1",
+			c: withArg(sglang, "--kv-cache-dtype", "fp4_e2m1"), release: release(t, engines.SGLang, "0.5.20"), accept: true},
+		{name: "vLLM 0.33.0 rejects a dtype outside CacheDType at config time",
+			c:       withArg(withClientConfig(t, vllm, standalone), "--kv-cache-dtype", "fp4_e2m1"),
+			release: release(t, engines.VLLM, "0.33.0"),
+			reason:  []string{"--kv-cache-dtype", "fp4_e2m1", "_validate_cache_dtype"}},
+		{name: "vLLM 0.31.0 reads the file from its moved reader and still rejects it without mode",
+			c:       withClientConfig(t, vllm, func(m map[string]any) { delete(m, "mode") }),
+			release: release(t, engines.VLLM, "0.31.0"),
+			reason:  []string{"vllm/distributed/mooncake_store.py", "embedded mode requires global_segment_size > 0"}},
 		{name: "vLLM accepts the file once it says mode standalone-store",
 			c: withClientConfig(t, vllm, standalone), accept: true},
 		{name: "vLLM rejects the file without mode: embedded mode needs a segment",
@@ -583,82 +603,126 @@ func TestHarnessVerdictsOnVariedGoldens(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v := runHarness(t, tc.c)
+			r := tc.release
+			if r.Version == "" {
+				r = pin(t, tc.c.Engine)
+			}
+			v := runHarness(t, r, []harnessCase{tc.c})[0]
+			text := strings.Join(v.Errors, "\n")
 			if v.Accepted != tc.accept {
-				t.Fatalf("accepted=%v, want %v\n%s", v.Accepted, tc.accept, v.Stderr)
+				t.Fatalf("%s %s: accepted=%v, want %v\n%s", r.Engine, r.Version, v.Accepted, tc.accept, text)
 			}
 			for _, want := range tc.reason {
-				if !strings.Contains(v.Stderr, want) {
-					t.Errorf("rejection does not say %q:\n%s", want, v.Stderr)
+				if !strings.Contains(text, want) {
+					t.Errorf("rejection does not say %q:\n%s", want, text)
 				}
 			}
-			if !tc.accept && !strings.Contains(v.Stderr, tc.c.Name) {
-				t.Errorf("rejection does not name the golden container %q:\n%s", tc.c.Name, v.Stderr)
+			if !tc.accept && !strings.Contains(text, tc.c.Name) {
+				t.Errorf("rejection does not name the golden container %q:\n%s", tc.c.Name, text)
 			}
 		})
 	}
 }
 
-// The engines package keeps each engine's --kv-cache-dtype spellings, which admission refuses a
-// Binding's dtype against; they are exactly the choices the released code defines.
-func TestEnginesDtypeTablesAreTheReleasesChoices(t *testing.T) {
-	facts := releaseFacts(t)
-	for _, e := range engines.All() {
-		t.Run(e.Name, func(t *testing.T) {
-			var choices []string
-			raw, _ := facts[e.ID]["kv_cache_dtype_choices"].([]any)
-			for _, c := range raw {
-				choices = append(choices, fmt.Sprint(c))
-			}
-			require.NotEmpty(t, choices, "no --kv-cache-dtype choices read for %s", e.ID)
-			assert.Equal(t, choices, e.KVCacheDtypes, "engines.%s.KVCacheDtypes must list the choices of %s %v", e.Name, e.ID, facts[e.ID]["version"])
-		})
-	}
-}
-
-// releaseFacts runs harness.py --facts: what the released readers accept, read from their code.
-func releaseFacts(t *testing.T) map[string]map[string]any {
+// pin is the release of engine id the reference was written against.
+func pin(t *testing.T, id string) engines.Release {
 	t.Helper()
-	dir := readersDir(t)
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(dir, "venv", "bin", "python"),
-		filepath.Join(repo(), "test", "readers", "harness.py"), "--readers", dir, "--facts")
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("test/readers/harness.py --facts: %v\n%s", err, stderr.String())
+	e, _ := engines.ByID(id)
+	for _, r := range e.Releases() {
+		if r.Pin {
+			return r
+		}
 	}
-	var facts map[string]map[string]any
-	if err := json.Unmarshal(out, &facts); err != nil {
-		t.Fatalf("test/readers/harness.py --facts printed no JSON: %v\n%s", err, out)
-	}
-	return facts
+	t.Fatalf("engines/releases.json marks no pin for %s", id)
+	return engines.Release{}
 }
 
-// The facts the engines package encodes, as read from the releases; logged for review and
-// checked for the one property every engine must have: a --kv-cache-dtype choice list.
-func TestFactsAreReadFromTheReleases(t *testing.T) {
+func release(t *testing.T, e engines.Engine, version string) engines.Release {
+	t.Helper()
+	v := e.LookupRelease(version)
+	if v.Release == nil || v.Status == engines.ReleaseNewer {
+		t.Fatalf("engines/releases.json has no %s %s", e.Name, version)
+	}
+	return *v.Release
+}
+
+// releaseFacts are what harness.py --facts measures of a release from its own code.
+type releaseFacts struct {
+	Reader        string              `json:"reader"`
+	Dtypes        []string            `json:"dtypes"`
+	DtypesChecked string              `json:"dtypesChecked"`
+	Flags         map[string][]string `json:"flags"`
+	Base          string              `json:"base"`
+	Client        *struct {
+		Version string `json:"version"`
+		Source  string `json:"source"`
+	} `json:"client"`
+}
+
+// Every row of the support table is what its release's own code says: where the reader lives,
+// the --kv-cache-dtype spellings and where they are checked, the flags injection writes and
+// refuses with their other spellings, and on vLLM-Ascend the vLLM and the Mooncake client its
+// image is built from. The table is never typed from memory.
+func TestSupportTableIsWhatEachReleaseSays(t *testing.T) {
 	dir := readersDir(t)
-	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(dir, "venv", "bin", "python"),
-		filepath.Join(repo(), "test", "readers", "harness.py"), "--readers", dir, "--facts")
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("test/readers/harness.py --facts: %v\n%s", err, stderr.String())
-	}
-	var facts map[string]map[string]any
-	if err := json.Unmarshal(out, &facts); err != nil {
-		t.Fatalf("test/readers/harness.py --facts printed no JSON: %v\n%s", err, out)
-	}
-	var names []string
-	for _, e := range []string{"vllm", "vllm-ascend", "sglang"} {
-		choices, _ := facts[e]["kv_cache_dtype_choices"].([]any)
-		if len(choices) == 0 {
-			t.Errorf("%s: no --kv-cache-dtype choices read", e)
+	for _, e := range engines.All() {
+		flags := e.JudgedFlags()
+		for _, r := range e.Releases() {
+			t.Run(e.ID+"-"+r.Version, func(t *testing.T) {
+				t.Parallel()
+				var stderr bytes.Buffer
+				cmd := exec.Command(filepath.Join(dir, "venv", "bin", "python"),
+					append(harnessArgs(dir, r), "--facts", "--flags="+strings.Join(flags, ","))...)
+				cmd.Stderr = &stderr
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("test/readers/harness.py --facts for %s %s: %v\n%s", e.Name, r.Version, err, stderr.String())
+				}
+				var f releaseFacts
+				require.NoError(t, json.Unmarshal(out, &f), "%s", out)
+				where := fmt.Sprintf("engines/releases.json's %s %s", e.Name, r.Version)
+				assert.Equal(t, f.Reader, r.Reader, "%s: reader", where)
+				assert.Equal(t, f.Dtypes, r.Dtypes, "%s: dtypes", where)
+				assert.Equal(t, f.DtypesChecked, r.DtypesChecked, "%s: dtypesChecked", where)
+				assert.Equal(t, normalize(f.Flags), normalize(r.Flags), "%s: flags", where)
+				if r.Supported {
+					assert.ElementsMatch(t, flags, keys(r.Flags), "%s: a supported release has every flag injection writes or refuses", where)
+				}
+				if e.ID != engines.VLLMAscend.ID && f.Client != nil {
+					// A wheel's METADATA (unpacked by caches built since it was kept) would
+					// name a Mooncake requirement.
+					assert.Contains(t, r.Client.Source, f.Client.Source, "%s: client.source", where)
+					if f.Client.Version != "" {
+						assert.Equal(t, f.Client.Version, r.Client.Version, "%s: client", where)
+					}
+				}
+				if e.ID == engines.VLLMAscend.ID {
+					assert.Equal(t, f.Base, r.Base, "%s: base", where)
+					require.NotNil(t, f.Client, "%s: its Dockerfile pins no Mooncake client", where)
+					assert.Equal(t, f.Client.Version, r.Client.Version, "%s: client", where)
+					assert.Contains(t, r.Client.Source, f.Client.Source, "%s: client.source", where)
+				}
+			})
 		}
-		names = append(names, fmt.Sprintf("%s %v: %v", e, facts[e]["version"], choices))
 	}
-	sort.Strings(names)
-	t.Logf("--kv-cache-dtype choices:\n%s", strings.Join(names, "\n"))
+}
+
+func normalize(m map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		if v == nil {
+			v = []string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func keys(m map[string][]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
