@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 )
 
 // TestNetworkPoliciesAreEnforced proves the cluster's enforcer before anything relies on it: a
@@ -151,4 +155,141 @@ func waitServiceAccount(t *testing.T, ns string) {
 		_, err := env.client.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// storeNetworkPolicy checks the backend's NetworkPolicy on the walkthrough, as a tenant of
+// another namespace would try it: a Pod of a namespace without a Binding reaches neither the
+// master (RPC and admin) nor any member's transfer port, and an engine there configured by hand
+// with the injected file (copied from a bound Pod) never writes; a bound Pod connects and moves
+// bytes; a namespace granted a Binding is let in, and shut out again when the Binding goes,
+// each within a delay measured here; the manager still reads the store throughout.
+func (w *walk) storeNetworkPolicy(t *testing.T) {
+	ctx := context.Background()
+	np, err := env.client.NetworkingV1().NetworkPolicies(systemNS).Get(ctx, backendName+"-store", metav1.GetOptions{})
+	require.NoError(t, err, "the backend's NetworkPolicy is rendered by default")
+	assert.Contains(t, fmt.Sprint(np.Spec.Ingress), "[team-a]", "it admits the walkthrough's bound namespace")
+
+	// A bound Pod: its config file is what an outsider would copy.
+	const bound = "np-bound"
+	_ = deletePod(ctx, bindingNS, bound, 0)
+	_, err = createPod(ctx, labelledPod(bound, bindingName, "1"), false)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = deletePod(context.Background(), bindingNS, bound, 0) })
+	waitPodReadyIn(t, bindingNS, bound, 2*time.Minute)
+	eventually(t, 30*time.Second, 250*time.Millisecond, "the bound Pod's puts good", func() (bool, string) {
+		lines, err := engineLines(ctx, bindingNS, bound, "server", time.Now().Add(-2*time.Second))
+		return err == nil && len(lines) > 0 && lines[len(lines)-1].ok(), fmt.Sprint(err)
+	})
+	config, err := kubectlOut(ctx, nil, "exec", "-n", bindingNS, bound, "-c", "server", "--", "cat", "/etc/gpustack/kvcache/mooncake.json")
+	require.NoError(t, err, "%s", config)
+
+	// What there is to reach: the master's ports through its Service, each member's segment.
+	svc, err := env.client.CoreV1().Services(systemNS).Get(ctx, backendName+"-leader", metav1.GetOptions{})
+	require.NoError(t, err)
+	targets := map[string]string{
+		"master RPC":   fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, rpcPort),
+		"master admin": fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, adminPort),
+	}
+	segs, err := adminOf(t, backendName).Segments(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, segs)
+	for _, s := range segs {
+		targets["member segment "+s.Name] = s.Name
+	}
+
+	outsider := "np-outsider"
+	w.ensureNamespace(t, outsider)
+	waitServiceAccount(t, outsider)
+	shell := func(ns, name string) {
+		t.Helper()
+		_ = deletePod(ctx, ns, name, 0)
+		_, err := env.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(0)), Containers: []corev1.Container{{
+				Name: "c", Image: env.images["engine"], ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+			}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = deletePod(context.Background(), ns, name, 0) })
+		waitPodReadyIn(t, ns, name, 2*time.Minute)
+	}
+	shell(outsider, "probe")
+	shell(bindingNS, "np-bound-shell")
+	var table []string
+	for what, addr := range targets {
+		in := connect(ctx, bindingNS, "np-bound-shell", addr)
+		out := connect(ctx, outsider, "probe", addr)
+		assert.NoError(t, in, "a bound namespace's Pod reaches the %s (%s)", what, addr)
+		assert.Error(t, out, "a Pod of a namespace without a Binding is kept from the %s (%s)", what, addr)
+		table = append(table, fmt.Sprintf("%s: bound %s, unbound %s", what, verdict(in), verdict(out)))
+	}
+	slices.Sort(table)
+
+	// The engine an outsider would run, with the bound Pod's own file: it never writes.
+	_, err = env.client.CoreV1().ConfigMaps(outsider).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "copied"}, Data: map[string]string{"mooncake.json": string(config)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	thief := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "copied-config", Namespace: outsider},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, ActiveDeadlineSeconds: ptr(int64(60)),
+			Volumes: []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "copied"}}}}},
+			Containers: []corev1.Container{{
+				Name: "server", Image: env.images["engine"], ImagePullPolicy: corev1.PullNever,
+				Command: []string{"vllm"}, Args: []string{"serve", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000"},
+				Env:          []corev1.EnvVar{{Name: "MOONCAKE_CONFIG_PATH", Value: "/cfg/mooncake.json"}, {Name: "KVCACHE_STANDIN_PERIOD", Value: "1"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}},
+			}}},
+	}
+	_, err = env.client.CoreV1().Pods(outsider).Create(ctx, thief, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var ended *corev1.Pod
+	eventually(t, 2*time.Minute, time.Second, "the engine with a copied configuration ended", func() (bool, string) {
+		p, err := env.client.CoreV1().Pods(outsider).Get(ctx, thief.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ended = p
+		return p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded, string(p.Status.Phase)
+	})
+	lines, err := engineLines(ctx, outsider, thief.Name, "server", time.Time{})
+	require.NoError(t, err)
+	var first string
+	for _, l := range lines {
+		assert.False(t, l.ok(), "an outsider's engine never writes: %v", l.data)
+		if first == "" {
+			first = fmt.Sprint(l.data["stage"], ": ", l.data["error"], l.data["setup"])
+		}
+	}
+	table = append(table, fmt.Sprintf("an engine in %s with the bound Pod's copied mooncake.json: %s, no good round (first line: %s)", outsider, ended.Status.Phase, first))
+
+	// Granted, then taken away: the policy follows the Binding.
+	leaving := "np-leaving"
+	w.ensureNamespace(t, leaving)
+	waitServiceAccount(t, leaving)
+	shell(leaving, "probe")
+	master := targets["master RPC"]
+	require.Error(t, connect(ctx, leaving, "probe", master), "no Binding yet: kept out")
+	grant := &kvv1.KVCachePoolBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "np-leaving", Namespace: leaving},
+		Spec: kvv1.KVCachePoolBindingSpec{PoolRef: kvv1.LocalReference{Name: poolName}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("64Mi")},
+			Domain: kvv1.Domain{Name: "np-leaving", BlockSize: 64, Dtype: "bfloat16"}},
+	}
+	t0 := time.Now()
+	require.NoError(t, env.kube.Create(ctx, grant))
+	granted := untilReach(t, leaving, "probe", master, true, t0)
+	t1 := time.Now()
+	require.NoError(t, env.kube.Delete(ctx, grant))
+	revoked := untilReach(t, leaving, "probe", master, false, t1)
+	ok, msg := backendReady(getBackend(t, backendName), w.full)
+	assert.True(t, ok, "the manager still reads the store: %s", msg)
+	record(t, "store NetworkPolicy (kube-network-policies' evaluator): a new Binding's namespace let in after %s, shut out %s after its deletion; reachability:\n    %s",
+		granted.Round(10*time.Millisecond), revoked.Round(10*time.Millisecond), strings.Join(table, "\n    "))
+}
+
+func verdict(err error) string {
+	if err == nil {
+		return "connects"
+	}
+	return "refused (times out)"
 }

@@ -93,6 +93,7 @@ func TestWalkthrough(t *testing.T) {
 	w.step(t, "the ModelDeployment's Pods move bytes through the controller path", w.modelDeployment)
 	w.step(t, "kvcache render of the live objects is exactly what the operator applied", w.renderEqualsApplied)
 	w.step(t, "kvcache check passes everything on the live cluster", w.check)
+	w.step(t, "the store answers only the namespaces that hold a Binding on it", w.storeNetworkPolicy)
 	w.step(t, "no manager: unlabelled Pods create, labelled ones are refused; back: admitted", w.managerDown)
 	w.step(t, "three leader replicas read 3 desired / 1 ready and keep the first leader Pod", w.scaleLeader)
 	// The failover's goals are figures: missing one fails the suite, but the walk goes on.
