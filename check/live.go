@@ -389,6 +389,9 @@ func (l *live) backends(ctx context.Context) error {
 		if m == nil {
 			continue
 		}
+		if err := l.isolation(ctx, object, b); err != nil {
+			return err
+		}
 		if m.Leader.Electing() {
 			l.lease(ctx, "backend.lease", generator.LeaderName(b.Name), "the store of KVCacheBackend "+b.Name,
 				fmt.Sprintf("kubectl -n %s get pods -l app.kubernetes.io/instance=%s,app.kubernetes.io/component=leader; a leader Pod runs kvcache elect, whose log says why it does not lead.", l.o.SystemNamespace, b.Name))
@@ -398,6 +401,33 @@ func (l *live) backends(ctx context.Context) error {
 			continue
 		}
 		l.members(object, b, nodes.Items)
+	}
+	return nil
+}
+
+// isolation: a store shared by several namespaces answers only them when its NetworkPolicy is
+// in force (the manager measures it: NetworkPolicyEnforced); without it, any Pod of any
+// namespace can reach the store and name any tenant.
+func (l *live) isolation(ctx context.Context, object string, b *kvv1.KVCacheBackend) error {
+	on, err := objects.ReadOnBackend(ctx, objects.Cluster{Cached: l.c, Live: l.c}, b.Name)
+	if err != nil {
+		return err
+	}
+	spans := generator.BoundNamespaces(on.Bindings)
+	if len(spans) < 2 {
+		return nil
+	}
+	shared := fmt.Sprintf("Its Bindings span the namespaces %s", boundedList(spans, 5))
+	c := meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionNetworkPolicyEnforced)
+	switch {
+	case c == nil || c.Status == metav1.ConditionUnknown:
+		l.r.warn("backend.isolation", object, sentence(shared+"; whether its NetworkPolicy is enforced is not measured yet (condition "+kvv1.ConditionNetworkPolicyEnforced+")"),
+			"look again once a master serves; the manager measures it then.")
+	case c.Status == metav1.ConditionTrue:
+		l.r.pass("backend.isolation", object, sentence(shared+"; its NetworkPolicy is enforced, so only their Pods reach it (they can still name each other's tenant)"))
+	default:
+		l.r.fail("backend.isolation", object, sentence(shared+", and no NetworkPolicy is in force: "+c.Message),
+			"run a network plugin that enforces NetworkPolicy with spec.connection.managed.networkPolicy enabled, or give each trust domain a backend of its own.")
 	}
 	return nil
 }

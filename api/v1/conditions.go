@@ -16,6 +16,10 @@ const (
 	// ConditionUpdatePending is True while a new operator version's changes to the store's
 	// Pods wait (spec.connection.managed.operatorUpdates: Deferred), naming what would change.
 	ConditionUpdatePending = "UpdatePending"
+	// ConditionNetworkPolicyEnforced says whether the cluster enforces the store's
+	// NetworkPolicy, as the manager measures it: a connection it opens to the serving master's
+	// RPC port, which the policy does not admit it to, must go unanswered.
+	ConditionNetworkPolicyEnforced = "NetworkPolicyEnforced"
 
 	// KVCachePool.
 	ConditionBackendResolved      = "BackendResolved"

@@ -68,4 +68,8 @@ const (
 	ReasonWritesObserved         = "WritesObserved"
 	ReasonWritesRefused          = "WritesRefused"
 	ReasonZeroGranted            = "ZeroGranted"
+	// NetworkPolicyEnforced.
+	ReasonPolicyEnforced    = "Enforced"
+	ReasonPolicyNotEnforced = "NotEnforced"
+	ReasonPolicyDisabled    = "PolicyDisabled"
 )

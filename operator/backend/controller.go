@@ -76,10 +76,15 @@ type Reconciler struct {
 	// operator.DefaultUsageRefresh when zero.
 	UsageRefresh time.Duration
 
+	// Dial opens the NetworkPolicy probe's connection (nil: a plain TCP dial).
+	Dial Dialer
+
 	// masters remembers the master process each backend's last read came from, and seen what
-	// that read showed (objects lost are told from two reads).
-	masters masters
-	seen    snapshots
+	// that read showed (objects lost are told from two reads); policyProbes the last
+	// NetworkPolicy measurement.
+	masters      masters
+	seen         snapshots
+	policyProbes policyProbes
 }
 
 // childKinds are the kinds the store render produces, for pruning.
@@ -236,6 +241,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.completeHandover,
 		r.observeStore,
 		r.replaceMembers,
+		r.observeNetworkPolicy,
 	} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -390,6 +396,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 	}
 	r.masters.forget(b.UID)
 	r.seen.forget(b.UID)
+	r.policyProbes.forget(b.UID)
 	r.Metrics.BackendGone(b.Name)
 	return ctrl.Result{}, nil
 }
@@ -444,7 +451,7 @@ func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (
 	}
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(r.SystemNamespace), client.MatchingLabels{
-		vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name, vocab.LabelComponent: "leader",
+		vocab.LabelName: vocab.StoreName, vocab.LabelInstance: b.Name, vocab.LabelComponent: vocab.ComponentLeader,
 	}); err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,15 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 	np, err := env.client.NetworkingV1().NetworkPolicies(systemNS).Get(ctx, backendName+"-store", metav1.GetOptions{})
 	require.NoError(t, err, "the backend's NetworkPolicy is rendered by default")
 	assert.Contains(t, fmt.Sprint(np.Spec.Ingress), "[team-a]", "it admits the walkthrough's bound namespace")
+	var enforced string
+	eventually(t, time.Minute, 500*time.Millisecond, "the manager measured the policy enforced", func() (bool, string) {
+		c := condition(getBackend(t, backendName).Status.Conditions, kvv1.ConditionNetworkPolicyEnforced)
+		if c == nil {
+			return false, "no condition yet"
+		}
+		enforced = c.Message
+		return c.Status == metav1.ConditionTrue, c.Reason + ": " + c.Message
+	})
 
 	// A bound Pod: its config file is what an outsider would copy.
 	const bound = "np-bound"
@@ -190,11 +200,12 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 		"master RPC":   fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, rpcPort),
 		"master admin": fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, adminPort),
 	}
-	segs, err := adminOf(t, backendName).Segments(ctx)
-	require.NoError(t, err)
-	require.NotEmpty(t, segs)
-	for _, s := range segs {
-		targets["member segment "+s.Name] = s.Name
+	members := memberPodsByNode(t)
+	require.NotEmpty(t, members)
+	for _, m := range members {
+		for _, port := range listeningPorts(t, m.Name, "member") {
+			targets[fmt.Sprintf("member %s port %d", m.Name, port)] = fmt.Sprintf("%s:%d", m.Status.PodIP, port)
+		}
 	}
 
 	outsider := "np-outsider"
@@ -283,8 +294,8 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 	revoked := untilReach(t, leaving, "probe", master, false, t1)
 	ok, msg := backendReady(getBackend(t, backendName), w.full)
 	assert.True(t, ok, "the manager still reads the store: %s", msg)
-	record(t, "store NetworkPolicy (kube-network-policies' evaluator): a new Binding's namespace let in after %s, shut out %s after its deletion; reachability:\n    %s",
-		granted.Round(10*time.Millisecond), revoked.Round(10*time.Millisecond), strings.Join(table, "\n    "))
+	record(t, "store NetworkPolicy (kube-network-policies' evaluator): a new Binding's namespace let in after %s, shut out %s after its deletion; NetworkPolicyEnforced: %s; reachability:\n    %s",
+		granted.Round(10*time.Millisecond), revoked.Round(10*time.Millisecond), enforced, strings.Join(table, "\n    "))
 }
 
 func verdict(err error) string {
@@ -292,4 +303,33 @@ func verdict(err error) string {
 		return "connects"
 	}
 	return "refused (times out)"
+}
+
+// listeningPorts are the TCP ports a container listens on beyond loopback (read from its
+// network namespace's /proc/net/tcp and tcp6): what a member serves its segment and REST API on.
+func listeningPorts(t *testing.T, pod, container string) []int {
+	t.Helper()
+	out, err := kubectlOut(context.Background(), nil, "exec", "-n", systemNS, pod, "-c", container, "--", "cat", "/proc/net/tcp", "/proc/net/tcp6")
+	require.NoError(t, err, "%s", out)
+	seen := map[int]bool{}
+	var ports []int
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "0A" { // 0A: LISTEN
+			continue
+		}
+		addr, port, ok := strings.Cut(f[1], ":")
+		if !ok || addr == "0100007F" || addr == "00000000000000000000000001000000" {
+			continue // loopback only
+		}
+		n, err := strconv.ParseInt(port, 16, 32)
+		if err != nil || seen[int(n)] {
+			continue
+		}
+		seen[int(n)] = true
+		ports = append(ports, int(n))
+	}
+	slices.Sort(ports)
+	require.NotEmpty(t, ports, "%s/%s listens on no port", systemNS, pod)
+	return ports
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,4 +111,36 @@ func TestStoreNetworkPolicyFollowsBindings(t *testing.T) {
 
 	updateBackend(t, "np-b", func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.NetworkPolicy.Enabled = nil })
 	eventuallyAdmits(t, "np-b", "team-a")
+}
+
+// The manager measures whether the cluster enforces the policy: a connection to the serving
+// master's RPC port that is answered (here refused, as a node with nothing enforcing refuses
+// it) says the policy is not in force; a backend with the policy off says so too.
+func TestNetworkPolicyEnforcementIsMeasured(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "np-probe", storetest.FakeOptions{MultiTenancy: true})
+	fake.MountSegment("10.6.0.10:15400", 16<<30, "tcp")
+	create(t, walkthroughBackend("np-probe"))
+	d := rollOutLeader(t, "np-probe")
+	// The serving master's Pod, at an address where nothing listens on the RPC port.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: "np-probe-leader-0", Labels: d.Spec.Template.Labels},
+		Spec: *d.Spec.Template.Spec.DeepCopy()}
+	pod.Spec.NodeName = "node-0"
+	require.NoError(t, env.Client.Create(ctx, pod))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	require.NoError(t, env.Client.Status().Update(ctx, pod))
+
+	got := eventuallyBackend(t, "np-probe", "the enforcement measured", func(b *kvv1.KVCacheBackend) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionNetworkPolicyEnforced).Reason == kvv1.ReasonPolicyNotEnforced
+	})
+	c := condition(got.Status.Conditions, kvv1.ConditionNetworkPolicyEnforced)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, "the manager's probe connection to the serving master's RPC port (127.0.0.1:50051), which the store's NetworkPolicy does not admit it to, was answered (its node refused it): the cluster's network plugin does not enforce NetworkPolicy, so every Pod can reach this store and name any tenant", c.Message)
+
+	updateBackend(t, "np-probe", func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.NetworkPolicy.Enabled = ptr.To(false) })
+	got = eventuallyBackend(t, "np-probe", "the policy off", func(b *kvv1.KVCacheBackend) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionNetworkPolicyEnforced).Reason == kvv1.ReasonPolicyDisabled
+	})
+	assert.Contains(t, condition(got.Status.Conditions, kvv1.ConditionNetworkPolicyEnforced).Message, "spec.connection.managed.networkPolicy.enabled is false")
 }

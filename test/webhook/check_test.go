@@ -16,7 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -160,4 +164,44 @@ func TestCheckReportsPodsWhoseBindingWasDeleted(t *testing.T) {
 	assert.Contains(t, f.Message, "KVCachePoolBinding team-a it writes under was deleted")
 	assert.Contains(t, f.Message, "TENANT_NOT_REGISTERED")
 	assert.Contains(t, f.Fix, "another Binding")
+}
+
+// A store whose Bindings span namespaces is reported when no NetworkPolicy is in force (as the
+// manager measured it), and passes once it is.
+func TestCheckReportsASharedStoreWithoutIsolation(t *testing.T) {
+	applyCluster(t, filepath.Join(golden.Dir("inject"), "cluster.yaml"))
+	ctx := context.Background()
+	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}})))
+	other := &kvv1.KVCachePoolBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-b", Namespace: "team-b"},
+		Spec: kvv1.KVCachePoolBindingSpec{PoolRef: kvv1.LocalReference{Name: "shared-dram"}, Quota: kvv1.BindingQuota{Ceiling: resource.MustParse("1Gi")},
+			Domain: kvv1.Domain{Name: "team-b", BlockSize: 64, Dtype: "bfloat16"}},
+	}
+	require.NoError(t, env.Client.Create(ctx, other))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), other) })
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(other), &kvv1.KVCachePoolBinding{}) == nil
+	}, 10*time.Second, 100*time.Millisecond)
+
+	measured := func(status metav1.ConditionStatus, reason, msg string) {
+		t.Helper()
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			b := &kvv1.KVCacheBackend{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Name: "mooncake-dram"}, b); err != nil {
+				return err
+			}
+			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: kvv1.ConditionNetworkPolicyEnforced, Status: status, Reason: reason, Message: msg})
+			return env.Client.Status().Update(ctx, b)
+		}))
+	}
+	object := "KVCacheBackend/mooncake-dram"
+	measured(metav1.ConditionFalse, kvv1.ReasonPolicyNotEnforced, "the manager's probe connection was answered")
+	f := findings(liveCheck(t), "backend.isolation")[object]
+	assert.Equal(t, check.Fail, f.Level, f.Message)
+	assert.Contains(t, f.Message, "Its Bindings span the namespaces team-a, team-b, and no NetworkPolicy is in force: the manager's probe connection was answered")
+	assert.Contains(t, f.Fix, "a backend of its own")
+
+	measured(metav1.ConditionTrue, kvv1.ReasonPolicyEnforced, "the probe went unanswered")
+	f = findings(liveCheck(t), "backend.isolation")[object]
+	assert.Equal(t, check.Pass, f.Level, f.Message)
 }
