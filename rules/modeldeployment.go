@@ -174,16 +174,25 @@ func attachment(ctx context.Context, o objects.Reader, md *kvv1.ModelDeployment,
 	return errs, warnings, nil
 }
 
-// VersionSkew says why an engine release and a store image are on different Mooncake lines, ""
-// when they are on one or either is unknown.
+// VersionSkew says why an engine release and a store image are on different Mooncake lines, or
+// that nothing says which client a release of the table bundles; "" when they are on one line,
+// or the store's line or the release itself is not known (the release's own warning says that).
 func VersionSkew(e engines.Engine, version, backend, storeImage string) string {
-	client, ok := e.BundledClient(version)
+	storeLine, ok := engines.MooncakeLine(engines.ImageTag(storeImage))
 	if !ok {
 		return ""
 	}
+	client, ok := e.BundledClient(version)
+	if !ok {
+		v := e.LookupRelease(version)
+		if v.Status != engines.ReleaseSupported || v.Release == nil {
+			return ""
+		}
+		return fmt.Sprintf("which Mooncake client %s %s bundles is not known here (%s), so nothing checks that it is on the line of the master of KVCacheBackend %s (Mooncake %s): a client on another line starts healthy and then fails every write with RPC_FAIL (-900); check it in the image (pip show mooncake-transfer-engine)",
+			e.Name, strings.TrimPrefix(version, "v"), v.Release.Client.Source, backend, storeLine)
+	}
 	clientLine, _ := engines.MooncakeLine(client)
-	storeLine, ok := engines.MooncakeLine(engines.ImageTag(storeImage))
-	if !ok || storeLine == clientLine {
+	if storeLine == clientLine {
 		return ""
 	}
 	return fmt.Sprintf("%s %s bundles the Mooncake client %s, and the master of KVCacheBackend %s runs %s (Mooncake %s): a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900); use an engine release on the store's line, or a store image of Mooncake %s",

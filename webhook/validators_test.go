@@ -1127,3 +1127,70 @@ func withInterface(md *kvv1.ModelDeployment, n int32) *kvv1.ModelDeployment {
 	md.Spec.Roles[0].Resources.Interface = n
 	return md
 }
+
+// Every release of the support table, admitted as a ModelDeployment is, through the webhook and
+// `kvcache render` alike: the verdicts below are typed from measurement (each release's own
+// code and what is known of the Mooncake client its image bundles), not from the table.
+func TestModelDeploymentOnEveryRelease(t *testing.T) {
+	const store = "the master of KVCacheBackend mooncake-dram runs gpustack/mirrored-mooncake:0.3.13.post1-cpu (Mooncake 0.3.13)"
+	unknownClient := func(engine, version, source string) string {
+		return fmt.Sprintf("which Mooncake client %s %s bundles is not known here (%s), so nothing checks that it is on the line of the master of KVCacheBackend mooncake-dram (Mooncake 0.3.13): a client on another line starts healthy and then fails every write with RPC_FAIL (-900); check it in the image (pip show mooncake-transfer-engine)", engine, version, source)
+	}
+	skew := func(engine, version, client, line string) string {
+		return fmt.Sprintf("%s %s bundles the Mooncake client %s, and %s: a client and a master on different lines start healthy and then fail every write with RPC_FAIL (-900); use an engine release on the store's line, or a store image of Mooncake %s", engine, version, client, store, line)
+	}
+	const onAscendServer = "role server runs on InstanceType ascend-910b, whose accelerator manufacturer is ascend, so vLLM runs there as vLLM-Ascend: "
+	deployment := func(engine kvv1.EngineName, version string, ascend bool) *kvv1.ModelDeployment {
+		md := vtDeployment()
+		md.Spec.Engine = kvv1.Engine{Name: engine, Version: version}
+		if ascend {
+			md.Spec.Roles = []kvv1.Role{{Name: "server", InstanceType: "ascend-910b"}}
+		}
+		return md
+	}
+	walkthrough := vtWalkthrough
+	ascendCluster := func() []client.Object {
+		objs := vtWalkthrough()
+		objs[1] = vtBackend("mooncake-dram", kvv1.ProtocolCANN)
+		return append(objs, vtInstanceType("ascend-910b", kvv1.ManufacturerAscend))
+	}
+	withDtype := func(dtype string) []client.Object {
+		objs := vtWalkthrough()
+		b := vtBinding("team-a", "team-a", "shared-dram", "")
+		b.Spec.Domain.Dtype = dtype
+		objs[3] = b
+		return objs
+	}
+	tests := []vtCase[*kvv1.ModelDeployment]{
+		{name: "vLLM 0.29.0: its client is on the store's line", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.29.0", false)},
+		{name: "vLLM 0.30.0", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.30.0", false),
+			warn: admission.Warnings{unknownClient("vLLM", "0.30.0", "unknown: vllm-0.30.0.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "vLLM 0.31.0 (the reader moved to vllm.distributed.mooncake_store)", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.31.0", false),
+			warn: admission.Warnings{unknownClient("vLLM", "0.31.0", "unknown: vllm-0.31.0.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "vLLM 0.32.0", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.32.0", false),
+			warn: admission.Warnings{unknownClient("vLLM", "0.32.0", "unknown: vllm-0.32.0.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "vLLM 0.33.0", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.33.0", false),
+			warn: admission.Warnings{unknownClient("vLLM", "0.33.0", "unknown: vllm-0.33.0.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "vLLM 0.28.0, older than every release read, is refused", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.28.0", false),
+			want: []string{`spec.engine.version: Invalid value: "0.28.0": vLLM 0.28.0 (spec.engine.version) is not supported: it is older than 0.29.0, the first release this project has read, so nothing proves its Mooncake reader accepts the configuration injection writes; run a release injection supports: vLLM 0.29.0, 0.30.0, 0.31.0, 0.32.0, 0.33.0`}},
+		{name: "SGLang 0.5.18: its client is a line behind the store", cluster: walkthrough(), obj: deployment(kvv1.EngineSGLang, "0.5.18", false),
+			warn: admission.Warnings{skew("SGLang", "0.5.18", "0.3.12.post1", "0.3.12")}},
+		{name: "SGLang 0.5.20 still takes fp4_e2m1", cluster: withDtype("fp4_e2m1"), obj: deployment(kvv1.EngineSGLang, "0.5.20", false),
+			warn: admission.Warnings{unknownClient("SGLang", "0.5.20", "unknown: sglang-0.5.20.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "SGLang 0.5.21 dropped fp4_e2m1", cluster: withDtype("fp4_e2m1"), obj: deployment(kvv1.EngineSGLang, "0.5.21", false),
+			want: []string{`spec.kvCache.poolRef.name: Invalid value: "team-a": KVCachePoolBinding team-a/team-a has the dtype "fp4_e2m1", which SGLang 0.5.21 does not accept for --kv-cache-dtype, so the engine would exit at start on an argument error; SGLang 0.5.21 accepts auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16: attach through a Binding whose domain's dtype it accepts (a domain is immutable, so another dtype needs another Binding), or run a release of SGLang that accepts "fp4_e2m1": 0.5.18, 0.5.19, 0.5.20`},
+			warn: admission.Warnings{unknownClient("SGLang", "0.5.21", "unknown: sglang-0.5.21.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "SGLang 0.5.23", cluster: walkthrough(), obj: deployment(kvv1.EngineSGLang, "0.5.23", false),
+			warn: admission.Warnings{unknownClient("SGLang", "0.5.23", "unknown: sglang-0.5.23.dist-info/METADATA declares no Mooncake requirement")}},
+		{name: "vLLM-Ascend 0.23.0: its client is two lines behind the store", cluster: ascendCluster(), obj: deployment(kvv1.EngineVLLM, "0.23.0", true),
+			warn: admission.Warnings{onAscendServer + skew("vLLM-Ascend", "0.23.0", "0.3.11.post1", "0.3.11")}},
+		{name: "vLLM-Ascend 0.18.0 is refused", cluster: ascendCluster(), obj: deployment(kvv1.EngineVLLM, "0.18.0", true),
+			want: []string{`spec.engine.version: Invalid value: "0.18.0": ` + onAscendServer + `vLLM-Ascend 0.18.0 (spec.engine.version) is not supported: its vLLM 0.18.0 has no --kv-cache-dtype-skip-layers, so that vLLM reads --kv-cache-d through --kv-cache-dtyp as --kv-cache-dtype while admission reads them as ambiguous: a container's own dtype would pass unrefused; run a release injection supports: vLLM-Ascend 0.23.0, 0.23.0.post1`},
+			warn: admission.Warnings{onAscendServer + skew("vLLM-Ascend", "0.18.0", "0.3.9", "0.3.9")}},
+		{name: "vLLM 0.34.0, newer than the table, is admitted with what to check", cluster: walkthrough(), obj: deployment(kvv1.EngineVLLM, "0.34.0", false),
+			warn: admission.Warnings{"vLLM 0.34.0 (spec.engine.version) is newer than 0.33.0, the newest release this project has read, so nothing here proves that its Mooncake reader accepts the injected configuration or that its parser reads the flags injection writes; check it: once its Pods run, `kvcache check` and the Binding's CacheInUse condition say whether it writes, and `python3 -c \"import <module>\"` in its image must succeed for the reader of vLLM (vllm.distributed.mooncake_store (0.31.0 to 0.33.0); vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker (0.29.0 to 0.30.0)); hack/engines.sh adds the release to the table"}},
+	}
+	runVTCases(t, tests, func(r objects.Reader) admission.Validator[*kvv1.ModelDeployment] {
+		return &ModelDeploymentValidator{Reader: r}
+	})
+}
