@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // TestNetworkPoliciesAreEnforced proves the cluster's enforcer before anything relies on it: a
@@ -190,7 +191,7 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 		lines, err := engineLines(ctx, bindingNS, bound, "server", time.Now().Add(-2*time.Second))
 		return err == nil && len(lines) > 0 && lines[len(lines)-1].ok(), fmt.Sprint(err)
 	})
-	config, err := kubectlOut(ctx, nil, "exec", "-n", bindingNS, bound, "-c", "server", "--", "cat", "/etc/gpustack/kvcache/mooncake.json")
+	config, err := kubectlOut(ctx, nil, "exec", "-n", bindingNS, bound, "-c", "server", "--", "cat", vocab.ConfigPath)
 	require.NoError(t, err, "%s", config)
 
 	// What there is to reach: the master's ports through its Service, each member's segment.
@@ -240,6 +241,10 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 	_, err = env.client.CoreV1().ConfigMaps(outsider).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "copied"}, Data: map[string]string{"mooncake.json": string(config)}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	// The bound Pod's launch line and environment as injection wrote them, its file at its path.
+	injected, err := env.client.CoreV1().Pods(bindingNS).Get(ctx, bound, metav1.GetOptions{})
+	require.NoError(t, err)
+	c := injected.Spec.Containers[0]
 	thief := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "copied-config", Namespace: outsider},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, ActiveDeadlineSeconds: ptr(int64(60)),
@@ -247,9 +252,8 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 				LocalObjectReference: corev1.LocalObjectReference{Name: "copied"}}}}},
 			Containers: []corev1.Container{{
 				Name: "server", Image: env.images["engine"], ImagePullPolicy: corev1.PullNever,
-				Command: []string{"vllm"}, Args: []string{"serve", "Qwen/Qwen2.5-7B-Instruct", "--port", "8000"},
-				Env:          []corev1.EnvVar{{Name: "MOONCAKE_CONFIG_PATH", Value: "/cfg/mooncake.json"}, {Name: "KVCACHE_STANDIN_PERIOD", Value: "1"}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/cfg"}},
+				Command: c.Command, Args: c.Args, Env: c.Env,
+				VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: vocab.ConfigMountPath}},
 			}}},
 	}
 	_, err = env.client.CoreV1().Pods(outsider).Create(ctx, thief, metav1.CreateOptions{})
@@ -265,11 +269,12 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 	})
 	lines, err := engineLines(ctx, outsider, thief.Name, "server", time.Time{})
 	require.NoError(t, err)
-	var first string
-	for _, l := range lines {
+	first := "none (still connecting when its deadline stopped it)"
+	for i, l := range lines {
 		assert.False(t, l.ok(), "an outsider's engine never writes: %v", l.data)
-		if first == "" {
-			first = fmt.Sprint(l.data["stage"], ": ", l.data["error"], l.data["setup"])
+		assert.NotEqual(t, "config", l.data["stage"], "the copied configuration is complete: the engine fails at the store, not before")
+		if i == 0 {
+			first = fmt.Sprintf("stage %v, setup %v", l.data["stage"], l.data["setup"])
 		}
 	}
 	table = append(table, fmt.Sprintf("an engine in %s with the bound Pod's copied mooncake.json: %s, no good round (first line: %s)", outsider, ended.Status.Phase, first))
