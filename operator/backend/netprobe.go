@@ -103,8 +103,8 @@ func (p *policyProbes) forget(uid types.UID) {
 func (r *Reconciler) observeNetworkPolicy(ctx context.Context, s *state) error {
 	b := s.backend
 	m := b.Spec.Connection.Managed
-	if m == nil || s.renderErr != nil {
-		return nil
+	if m == nil || len(s.rendered) == 0 {
+		return nil // unmanaged, or the render failed (RenderFailed says why)
 	}
 	g := b.Generation
 	if !rendersNetworkPolicy(s) {
