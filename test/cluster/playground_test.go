@@ -96,9 +96,15 @@ func removePlayground(t *testing.T, existed map[string]bool) {
 		gone = append(gone, ns)
 	}
 	// TestWalkthrough creates them again: a namespace still terminating would refuse its objects.
-	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+	// (On a loaded machine the namespace controller took over 2 minutes once, with nothing left
+	// in them.)
+	nsCtx, nsCancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer nsCancel()
+	t0 := time.Now()
+	defer func() { t.Logf("cleanup: the playground's namespaces went in %s", time.Since(t0).Round(100*time.Millisecond)) }()
+	if err := poll(nsCtx, 5*time.Minute, func() (bool, error) {
 		for _, ns := range gone {
-			if _, err := env.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := env.client.CoreV1().Namespaces().Get(nsCtx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return false, nil
 			}
 		}
