@@ -74,10 +74,12 @@ test-unit:
 ## and the real cluster (test/cluster starts and stops its own unless one is up)
 # The suites under test/ run one at a time: they measure failovers and drains and count writes
 # in steady state, and on a 2-core machine two of them at once starve each other's timings.
+# test/cluster takes over go test's default 10 minutes; a binary stopped by that timeout never
+# runs its cleanup (the cluster would stay up), so the bound is set well above the suite.
 test: tools images
 	export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)" KVCACHE_HELM="$$($(TOOLS) path helm)"; \
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/test/') && \
-	go test -p 1 $(GO_TEST_FLAGS) ./test/... && \
+	go test -p 1 -timeout 45m $(GO_TEST_FLAGS) ./test/... && \
 	go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
 
 # The packages whose code runs concurrently (one Renderer and one Injector shared by every
