@@ -488,7 +488,9 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		return err
 	}
 	applier := operator.Applier{Client: r.Client, OnDrift: func(o generator.Object, path string) {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "DriftReverted", "Apply",
+		// The child is the event's related object: events of one reason about one backend are
+		// folded into one series (and its first note) unless their related objects differ.
+		r.Recorder.Eventf(b, o, corev1.EventTypeNormal, "DriftReverted", "Apply",
 			"%s %s: %s was changed outside the operator; applied the rendered value again", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), operator.FieldPath(path))
 	}}
 	for _, o := range s.rendered {
