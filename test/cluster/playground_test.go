@@ -101,7 +101,9 @@ func removePlayground(t *testing.T, existed map[string]bool) {
 	nsCtx, nsCancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer nsCancel()
 	t0 := time.Now()
-	defer func() { t.Logf("cleanup: the playground's namespaces went in %s", time.Since(t0).Round(100*time.Millisecond)) }()
+	defer func() {
+		t.Logf("cleanup: the playground's namespaces went in %s", time.Since(t0).Round(100*time.Millisecond))
+	}()
 	if err := poll(nsCtx, 5*time.Minute, func() (bool, error) {
 		for _, ns := range gone {
 			if _, err := env.client.CoreV1().Namespaces().Get(nsCtx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
