@@ -32,6 +32,12 @@
 #   hack/cluster.sh sockets     print each node's containerd socket (for ctr / hack/images.sh)
 #   hack/cluster.sh purge       down, then delete the state directory (images included)
 #   hack/cluster.sh footprint   print what `up` may change on the host, for a test to compare
+#   hack/cluster.sh restart NAME  stop one process `up` runs (kube-apiserver, containerd-<i>,
+#                               kubelet-<i>) with its usual grace, start it again, and return once
+#                               it serves (the soak's faults; a containerd's containers live on)
+#   hack/cluster.sh node-off I  node I loses power: its kubelet, containerd, shims and every
+#                               container SIGKILLed at once (its Pods' state stays, as on a disk)
+#   hack/cluster.sh node-on I   node I boots: containerd and kubelet started, the node Ready
 # KVCACHE_CLUSTER_NODES (default 2) sets how many nodes `up` starts. A failed `up` takes down what
 # it started unless KVCACHE_CLUSTER_KEEP is set.
 # Test only: KVCACHE_CLUSTER_TEST_CONTAINERD_EXITS=1 starts node 0's containerd with an unknown
@@ -189,7 +195,7 @@ stop_pid() {
     sleep 0.1
   done
   if runs "$pid" "$bin"; then
-    log "$name (pid $pid) ignored SIGTERM for ${grace}s: SIGKILL"
+    [ "$grace" -eq 0 ] || log "$name (pid $pid) ignored SIGTERM for ${grace}s: SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
   fi
 }
@@ -1069,6 +1075,68 @@ cmd_status() {
   if [ "$c" -eq "$t" ]; then return 0; elif [ "$c" -eq 0 ]; then return 3; else return 1; fi
 }
 
+# ---------------------------------------------------------------------------------------------
+# Faults (the soak's): every process is stopped and started through the same records as up/down.
+
+# keep_log NAME: the log of the process a fault stops stays beside the new one's (start truncates).
+keep_log() { [ ! -f "$STATE/logs/$1.log" ] || mv -f "$STATE/logs/$1.log" "$STATE/logs/$1.log.prev"; }
+
+node_index() {
+  [[ "$1" =~ ^[0-9]$ ]] && known_nodes | grep -qx "$1" || die "no node $1 in this cluster (nodes: $(known_nodes | paste -sd ' ' -))"
+}
+
+cmd_restart() {
+  local name=${1:-} i t0
+  t0=$(now)
+  [ -d "$STATE/run" ] || die "no cluster running (state: $STATE)"
+  case "$name" in
+    kube-apiserver)
+      stop kube-apiserver 15
+      keep_log kube-apiserver
+      start_apiserver
+      wait_for "the API server" 60 kube-apiserver kubectl_admin get --raw /readyz ;;
+    containerd-[0-9])
+      i=${name#containerd-}; node_index "$i"
+      stop "$name" 10
+      keep_log "$name"
+      start_node "$i"
+      wait_for "$name" 30 "$name" test -S "$(ctr_sock "$i")" ;;
+    kubelet-[0-9])
+      i=${name#kubelet-}; node_index "$i"
+      stop "$name" 10
+      keep_log "$name"
+      start_kubelet "$i"
+      wait_for "node $(node_name "$i") Ready" 90 "$name" kubectl_admin wait --for=condition=Ready "node/$(node_name "$i")" --timeout=2s ;;
+    *) die "restart: unknown process '$name' (kube-apiserver, containerd-<i>, kubelet-<i>)" ;;
+  esac
+  log "$name restarted in $(since "$t0")s"
+}
+
+cmd_node_off() {
+  local i=${1:-} t0
+  t0=$(now)
+  node_index "$i"
+  # No grace anywhere: a power loss gives none.
+  stop "kubelet-$i" 0
+  stop "containerd-$i" 0
+  stop_shims "$(ctr_sock "$i")"
+  kill_cgroup_procs "kvcache-node-$i"
+  log "$(node_name "$i") off in $(since "$t0")s"
+}
+
+cmd_node_on() {
+  local i=${1:-} t0
+  t0=$(now)
+  node_index "$i"
+  keep_log "containerd-$i"
+  keep_log "kubelet-$i"
+  start_node "$i"
+  wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")"
+  start_kubelet "$i"
+  wait_for "node $(node_name "$i") Ready" 90 "kubelet-$i" kubectl_admin wait --for=condition=Ready "node/$(node_name "$i")" --timeout=2s
+  log "$(node_name "$i") on and Ready in $(since "$t0")s"
+}
+
 case "${1:-}" in
   up) check_root_early; lock; cmd_up ;;
   down) if [ -d "$STATE" ]; then lock; fi; cmd_down ;;
@@ -1078,6 +1146,9 @@ case "${1:-}" in
   sockets) for i in $(known_nodes); do ctr_sock "$i"; done ;;
   purge) if [ -d "$STATE" ]; then lock; fi; cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
   footprint) cmd_footprint ;;
-  -h|--help|help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//' ;;
-  *) log "usage: $0 up|down|status|kubeconfig|env|sockets|purge|footprint"; exit 2 ;;
+  restart) check_root_early; lock; cmd_restart "${2:-}" ;;
+  node-off) check_root_early; lock; cmd_node_off "${2:-}" ;;
+  node-on) check_root_early; lock; cmd_node_on "${2:-}" ;;
+  -h|--help|help) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) log "usage: $0 up|down|status|kubeconfig|env|sockets|purge|footprint|restart NAME|node-off I|node-on I"; exit 2 ;;
 esac

@@ -37,6 +37,36 @@ func (c Config) patchLabel(ctx context.Context, pod string, leading bool) error 
 	return err
 }
 
+// labelAtStart writes "false" before the campaign, retrying while the API server does not
+// answer (a launcher restarted during a control-plane restart waits for it instead of exiting
+// into a crash loop: it cannot campaign without the API anyway). An answer that refuses the
+// write (no pods patch right, no such Pod) is returned: retrying cannot fix it.
+func (c Config) labelAtStart(ctx context.Context, log logr.Logger) error {
+	wait := c.RetryPeriod
+	for {
+		err := c.writeLabel(ctx, false)
+		if err == nil || ctx.Err() != nil || refused(err) {
+			return err
+		}
+		log.Error(err, "labelling the Pod as standby before campaigning; retrying", "pod", c.PodNamespace+"/"+c.PodName, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxStartRetry)
+	}
+}
+
+// maxStartRetry caps the wait between the start's label attempts.
+const maxStartRetry = 8 * time.Second
+
+// refused: the API server answered and will answer the same again.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) ||
+		apierrors.IsUnauthorized(err) || apierrors.IsBadRequest(err) || apierrors.IsMethodNotSupported(err)
+}
+
 // labelLeading writes "true" until it succeeds or ctx ends: the master serves meanwhile, and a
 // transient API error must not leave the leader unlabelled. Then it writes "false" on the
 // previous holder's Pod (the holder identity names it): a Pod that died with its node cannot

@@ -48,7 +48,7 @@ func Run(ctx context.Context, c Config) error {
 	log := c.Log.WithValues("lease", c.LeaseNamespace+"/"+c.LeaseName, "identity", c.Identity)
 
 	// A standby, a restarted leader included, must not keep claiming to lead.
-	if err := c.writeLabel(ctx, false); err != nil {
+	if err := c.labelAtStart(ctx, log); err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it began
 		}

@@ -59,11 +59,15 @@ func newManagerCommand() *cobra.Command {
 			if o.Settings, err = manager.ParseSettings(settings); err != nil {
 				return usageErrorf("%v", err)
 			}
+			ctx := ctrl.SetupSignalHandler()
+			if err := manager.WaitForAPIServer(ctx, cfg, ctrl.Log.WithName("setup"), time.Second); err != nil {
+				return nil // stopped before it began
+			}
 			mgr, err := manager.New(cfg, o)
 			if err != nil {
 				return err
 			}
-			return mgr.Start(ctrl.SetupSignalHandler())
+			return mgr.Start(ctx)
 		},
 	}
 	f := cmd.Flags()

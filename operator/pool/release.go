@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,8 +137,10 @@ func (r *Reconciler) tellUsers(ctx context.Context, b *kvv1.KVCachePoolBinding, 
 }
 
 // finishReleases retries the tenants of deleted Bindings whose leased objects stayed: each goes
-// once the master removes its last objects, or once a Binding on the backend holds the domain
-// again (its objects are that Binding's then).
+// once the master removes its last objects, or once a live Binding on the backend holds the
+// domain again (its objects are that Binding's then), the deleted one created again under its
+// own name included: releasing on would close the new Binding's tenant to writes (a quota of
+// one byte) and remove what it writes.
 func (r *Reconciler) finishReleases(ctx context.Context, s *state) error {
 	if s.backend == nil || s.ledger == nil || s.storeGoing() {
 		return nil
@@ -144,8 +148,8 @@ func (r *Reconciler) finishReleases(ctx context.Context, s *state) error {
 	st := &s.pool.Status
 	kept := st.Releasing[:0:0]
 	for _, rt := range st.Releasing {
-		if h, held := s.holders[rt.Tenant]; held && h.String() != rt.Binding {
-			continue // another Binding holds the domain now: its objects are that Binding's
+		if s.heldByLive(rt.Tenant) {
+			continue
 		}
 		rel, err := r.releaseTenant(ctx, s, rt.Tenant)
 		if err != nil || rel.left {
@@ -158,6 +162,20 @@ func (r *Reconciler) finishReleases(ctx context.Context, s *state) error {
 	}
 	st.Releasing = kept
 	return nil
+}
+
+// heldByLive reports whether a Binding that is not being deleted holds domain d.
+func (s *state) heldByLive(d string) bool {
+	h, ok := s.holders[d]
+	if !ok {
+		return false
+	}
+	for _, b := range s.bindings {
+		if client.ObjectKeyFromObject(b) == h {
+			return b.DeletionTimestamp.IsZero()
+		}
+	}
+	return false
 }
 
 // releasing records a tenant whose leased objects stay (once per tenant).

@@ -130,6 +130,44 @@ func TestLedgerConvergesFromBindings(t *testing.T) {
 	assert.Equal(t, int64(1<<30), fake.PolicyFile()["someone-else"], "a foreign entry is never touched")
 }
 
+// A Binding deleted and created again under its own name while its tenant's last objects are
+// still leased (kubectl delete, then apply: the soak's Binding churn) takes its tenant back: the
+// release stops, the entry gets the new ceiling and keeps it, and the Binding is granted.
+// Releasing on would hold the new Binding's tenant at a quota of one byte (ZeroGranted, every
+// write refused) until the lease ended, and then remove what it wrote.
+func TestABindingCreatedAgainTakesItsReleasingTenantBack(t *testing.T) {
+	fake := fakeStore(t, "recreate", storetest.FakeOptions{MultiTenancy: true})
+	fake.MountSegment("10.2.0.11:15400", 16<<30, "tcp")
+	create(t, walkthroughBackend("recreate"))
+	create(t, pool("recreate-pool", "recreate", "16Gi"))
+	first := binding("team-b", "recreated", "recreate-pool", "team-r-chat", "2Gi")
+	create(t, first)
+	eventuallyBinding(t, "team-b", "recreated", "Granted", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+	fake.SetObjects("team-r-chat", 10, 10<<16)
+	fake.LeaseObjects("team-r-chat", 4, 4<<16)
+	deleteAndWait(t, first)
+	eventuallyPool(t, "recreate-pool", "the leased rest releasing", func(p *kvv1.KVCachePool) bool { return len(p.Status.Releasing) == 1 })
+	require.Equal(t, int64(1), fake.PolicyFile()["team-r-chat"], "closed to writes while it releases")
+
+	create(t, binding("team-b", "recreated", "recreate-pool", "team-r-chat", "2Gi"))
+	got := eventuallyBinding(t, "team-b", "recreated", "Granted again", func(b *kvv1.KVCachePoolBinding) bool {
+		return condition(b.Status.Conditions, kvv1.ConditionQuotaGranted).Reason == "Granted"
+	})
+	assert.Equal(t, "the store grants 2Gi of the requested 2Gi", condition(got.Status.Conditions, kvv1.ConditionQuotaGranted).Message)
+	eventuallyPool(t, "recreate-pool", "no release pending", func(p *kvv1.KVCachePool) bool { return len(p.Status.Releasing) == 0 })
+	// It stays so: nothing closes the tenant again or removes its objects.
+	fake.ResetRequests()
+	time.Sleep(3 * time.Second)
+	assert.Equal(t, int64(2<<30), fake.PolicyFile()["team-r-chat"], "the entry keeps the new ceiling")
+	for _, r := range fake.Requests() {
+		assert.NotContains(t, r, "remove_all", "nothing of the tenant is removed: %v", fake.Requests())
+	}
+	assert.False(t, hasPUT(fake.Requests(), "team-r-chat"), "no write of the entry once it agrees: %v", fake.Requests())
+	fake.LeaseObjects("team-r-chat", 0, 0) // the cleanup's release then goes at once
+}
+
 // A backend declared without multi-tenancy keeps no ledger: the pool says MultiTenancyDisabled,
 // Bindings read Granted=True/Unenforced with no EFFECTIVE figure, nothing is written.
 func TestNoLedgerIsUnenforced(t *testing.T) {

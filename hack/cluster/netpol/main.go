@@ -52,10 +52,15 @@ func run(kubeconfig, node string, queue int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	factory := informers.NewSharedInformerFactory(client, 0)
+	// NRI stays enabled although containerd 1.6 offers none: upstream v0.8.0 asks its NRI plugin
+	// for every packet whose address the Pod informer does not know yet (a Pod that started a
+	// moment ago), and with NRI disabled that plugin is nil and the evaluator panics (seen under
+	// the soak's Pod churn). Enabled, the plugin exists, fails to reach a runtime, and answers
+	// "unknown".
 	c, err := networkpolicy.NewController(client,
 		factory.Networking().V1().NetworkPolicies(), factory.Core().V1().Namespaces(), factory.Core().V1().Pods(),
 		nil, nil, nil, nil,
-		networkpolicy.Config{QueueID: queue, NodeName: node, NFTableName: "kvcache-netpol", NRIdisabled: true})
+		networkpolicy.Config{QueueID: queue, NodeName: node, NFTableName: "kvcache-netpol", NRIdisabled: false})
 	if err != nil {
 		return err
 	}
