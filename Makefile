@@ -6,7 +6,7 @@ TOOLS := hack/tools.sh
 CRD_DIR := config/crd
 GO_TEST_FLAGS ?=
 
-.PHONY: all build demo generate verify-generate test test-unit snapshots lint tools images cluster-up cluster-down playground playground-down clean
+.PHONY: all build demo generate verify-generate test test-unit soak snapshots lint tools images cluster-up cluster-down playground playground-down clean
 
 all: build
 
@@ -81,6 +81,21 @@ test: tools images
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/test/') && \
 	go test -p 1 -timeout 45m $(GO_TEST_FLAGS) ./test/... && \
 	go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
+
+## soak: test/cluster's TestSoak alone for SOAK_DURATION (default 60m; make test runs it for 5m):
+## the walkthrough's store under Pod, ModelDeployment and Binding churn while leaders, masters,
+## managers, a node, the API server and a containerd fail on a schedule, every invariant checked
+## as it goes; the report (a table per fault kind) and the run's timeline and logs land in
+## SOAK_OUT (default _output/soak/<UTC time>). No go test timeout: the run's own bounds end it.
+SOAK_DURATION ?= 60m
+ifeq ($(origin SOAK_OUT), undefined)
+SOAK_OUT := _output/soak/$(shell date -u +%Y%m%dT%H%M%SZ)
+endif
+soak: tools images
+	mkdir -p "$(abspath $(SOAK_OUT))"
+	export KVCACHE_HELM="$$($(TOOLS) path helm)" SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT="$(abspath $(SOAK_OUT))"; \
+	set +e; go test -timeout 0 -count=1 -v ./test/cluster/ -run '^TestSoak$$' 2>&1 | tee "$(abspath $(SOAK_OUT))/go-test.log"; \
+	rc=$${PIPESTATUS[0]}; echo "soak: report in $(abspath $(SOAK_OUT))/report.md"; exit $$rc
 
 # The packages whose code runs concurrently (one Renderer and one Injector shared by every
 # admission and worker; the launcher's elector, master and label goroutines), run again under

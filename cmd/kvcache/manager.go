@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -61,7 +62,7 @@ func newManagerCommand() *cobra.Command {
 			}
 			ctx := ctrl.SetupSignalHandler()
 			if err := manager.WaitForAPIServer(ctx, cfg, ctrl.Log.WithName("setup"), time.Second); err != nil {
-				return nil // stopped before it began
+				return fmt.Errorf("stopped while waiting for the API server: %w", err)
 			}
 			mgr, err := manager.New(cfg, o)
 			if err != nil {

@@ -77,13 +77,7 @@ type chartValues struct {
 // walkthrough applied, engines injected, the store's leader failed over, the manager taken
 // away and brought back, the release upgraded and uninstalled in both orders.
 func TestWalkthrough(t *testing.T) {
-	w := &walk{}
-	raw, err := os.ReadFile(filepath.Join(env.repo, "charts", "kvcache-operator", "values.yaml"))
-	require.NoError(t, err)
-	require.NoError(t, sigsyaml.Unmarshal(raw, &w.chart))
-	if out, err := cli(context.Background(), nil, env.helm, "status", release, "-n", releaseNS); err == nil {
-		require.FailNow(t, "the release is already installed", "a %s release exists in %s (make playground?): `make playground-down` or `helm uninstall %s -n %s` first:\n%s", release, releaseNS, release, releaseNS, out)
-	}
+	w := newWalk(t)
 	t.Cleanup(func() { w.cleanup(t) })
 
 	w.step(t, "helm install --wait with the default values", w.install)
@@ -108,6 +102,19 @@ func TestWalkthrough(t *testing.T) {
 	w.step(t, "helm install without --wait: the catalog, the walkthrough again, then both removed", w.installWithoutWait)
 
 	t.Logf("figures:\n  %s", strings.Join(figures, "\n  "))
+}
+
+// newWalk reads the chart's default values and refuses to start over an installed release.
+func newWalk(t *testing.T) *walk {
+	t.Helper()
+	w := &walk{}
+	raw, err := os.ReadFile(filepath.Join(env.repo, "charts", "kvcache-operator", "values.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, sigsyaml.Unmarshal(raw, &w.chart))
+	if out, err := cli(context.Background(), nil, env.helm, "status", release, "-n", releaseNS); err == nil {
+		require.FailNow(t, "the release is already installed", "a %s release exists in %s (make playground?): `make playground-down` or `helm uninstall %s -n %s` first:\n%s", release, releaseNS, release, releaseNS, out)
+	}
+	return w
 }
 
 // step runs one subtest; the steps build on each other, so the first failure ends the walk.
