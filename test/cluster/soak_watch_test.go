@@ -365,22 +365,22 @@ func (s *soak) growth() string {
 	return b.String()
 }
 
-// judgeGrowth: a manager process that lived 20 minutes or more may not grow: its fitted
-// goroutines over its life by more than a fifth (and 20), its resident memory by more than a
-// quarter. Shorter lives are reported, not judged.
+// judgeGrowth: a manager process that lived 12 minutes or more may not grow after its first 3
+// (caches fill, workers start): its fitted goroutines by more than a fifth (and 20), its
+// resident memory by more than a quarter. Shorter lives are reported, not judged (the faults
+// replace the managers every quarter of an hour or so).
 func (s *soak) judgeGrowth() {
 	for k, xs := range s.samples {
 		if len(xs) < 3 {
 			continue
 		}
 		lived := xs[len(xs)-1].at.Sub(xs[0].at)
-		if lived < 20*time.Minute {
+		if lived < 12*time.Minute {
 			continue
 		}
-		// Skip the first 5 minutes: caches fill and workers start.
 		var steady []procSample
 		for _, x := range xs {
-			if x.at.Sub(xs[0].at) >= 5*time.Minute {
+			if x.at.Sub(xs[0].at) >= 3*time.Minute {
 				steady = append(steady, x)
 			}
 		}
