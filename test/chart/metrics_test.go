@@ -312,8 +312,18 @@ func scrapeManager(t *testing.T) map[string]bool {
 			Annotations: map[string]string{vocab.AnnotationBinding: binding, vocab.AnnotationEngine: "vLLM"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}}}
 	}
+	// The webhook refuses, saying to retry, until the pool has published its store address.
+	require.Eventually(t, func() bool {
+		p := &kvv1.KVCachePool{}
+		return c.Get(ctx, client.ObjectKey{Name: "dram"}, p) == nil && p.Status.ClientEndpoint != ""
+	}, 30*time.Second, 100*time.Millisecond, "the pool's client endpoint")
 	injected := pod("vllm-0", "chat")
-	require.NoError(t, c.Create(ctx, injected))
+	deadline := time.Now().Add(10 * time.Second)
+	for err := c.Create(ctx, injected.DeepCopy()); err != nil; err = c.Create(ctx, injected.DeepCopy()) {
+		require.True(t, time.Now().Before(deadline), "the labelled Pod admitted within 10 s: %v", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(injected), injected))
 	require.Error(t, c.Create(ctx, pod("vllm-1", "no-such-binding")), "refused")
 	injected.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
 	require.NoError(t, c.Status().Update(ctx, injected))
