@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -25,6 +26,13 @@ var errFenced = errors.New("this launcher lost the Lease and no longer reads or 
 //     signals a read that shows another holder while leading.
 //   - No write after loss. Once fenced every call fails, so the elector's last attempts and its
 //     release cannot overwrite a Lease another launcher now holds.
+//   - A new term on the Lease when this launcher's Pod held it before. The holder identity is
+//     the Pod's name, so a launcher restarted in the same Pod (its master killed, the API
+//     server away past the renew deadline) acquires a Lease that already names it, and
+//     client-go then keeps the old acquireTime and leaseTransitions: the master it starts is a
+//     new, empty one, but the Lease would not say so, and an operator that restarted meanwhile
+//     could not tell a cold cache. The term's writes carry a new acquireTime and one more
+//     transition instead.
 //   - A release only of a Lease this launcher holds. client-go's release reads the Lease, then
 //     decides whether it leads from what it observed before that read, which may be stale; the
 //     write that clears the holder is conditional on the fresh read, so it would clear another
@@ -45,6 +53,15 @@ type fencedLock struct {
 	released  bool      // a write with an empty holder succeeded
 	previous  string    // the last other holder a read showed
 	lastRead  string    // the holder the last successful read showed
+	wrote     bool      // a write naming this launcher succeeded (its term began)
+	term      *termMark // what every write of a term this Pod held before carries
+}
+
+// termMark is the acquireTime and transition count of a term that re-acquired a Lease naming
+// this launcher's Pod.
+type termMark struct {
+	acquired    metav1.Time
+	transitions int
 }
 
 var _ resourcelock.Interface = (*fencedLock)(nil)
@@ -149,6 +166,15 @@ func (l *fencedLock) write(ctx context.Context, rec resourcelock.LeaderElectionR
 		return fmt.Errorf("not releasing the Lease: it names %q, not this launcher", lastRead)
 	}
 	start := l.now()
+	l.mu.Lock()
+	term := l.term
+	if term == nil && !l.wrote && rec.HolderIdentity == l.identity && lastRead == l.identity {
+		term = &termMark{acquired: metav1.NewTime(start), transitions: rec.LeaderTransitions + 1}
+	}
+	l.mu.Unlock()
+	if term != nil {
+		rec.AcquireTime, rec.LeaderTransitions = term.acquired, term.transitions
+	}
 	if err := f(ctx, rec); err != nil {
 		return err
 	}
@@ -156,6 +182,8 @@ func (l *fencedLock) write(ctx context.Context, rec resourcelock.LeaderElectionR
 	defer l.mu.Unlock()
 	switch rec.HolderIdentity {
 	case l.identity:
+		l.term = term
+		l.wrote = true
 		l.renewedAt = start
 		select {
 		case l.renewed <- struct{}{}:

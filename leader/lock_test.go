@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -130,4 +131,39 @@ func TestAFencedLockNeitherReadsNorWrites(t *testing.T) {
 	require.ErrorIs(t, l.Create(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "me"}), errFenced)
 	assert.Empty(t, inner.writes)
 	assert.Equal(t, "other", inner.rec.HolderIdentity)
+}
+
+// A launcher restarted in the Pod that held the Lease (same identity) starts a new, empty
+// master: its term writes a new acquireTime and one more transition, and keeps them through
+// its renewals and its release, though client-go hands it the old record's. A takeover from
+// another holder is left as client-go writes it.
+func TestFencedLockMarksATermThisPodHeldBefore(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	old := resourcelock.LeaderElectionRecord{HolderIdentity: "me", AcquireTime: metav1.NewTime(t0), LeaderTransitions: 3}
+	m := &memLock{rec: &old}
+	now := t0.Add(time.Hour)
+	l := newFencedLock(m, func() time.Time { return now })
+	_, _, err := l.Get(context.Background())
+	require.NoError(t, err)
+	// What client-go writes when the Lease already names this identity.
+	require.NoError(t, l.Update(context.Background(), old))
+	assert.Equal(t, now, m.rec.AcquireTime.Time, "a new acquireTime")
+	assert.Equal(t, 4, m.rec.LeaderTransitions, "one more transition")
+	now = now.Add(time.Second)
+	require.NoError(t, l.Update(context.Background(), old))
+	assert.Equal(t, t0.Add(time.Hour), m.rec.AcquireTime.Time, "a renewal keeps the term's mark")
+	assert.Equal(t, 4, m.rec.LeaderTransitions)
+	released := old
+	released.HolderIdentity = ""
+	require.NoError(t, l.Update(context.Background(), released))
+	assert.Equal(t, 4, m.rec.LeaderTransitions, "the release keeps the count")
+
+	other := resourcelock.LeaderElectionRecord{HolderIdentity: "other", AcquireTime: metav1.NewTime(t0), LeaderTransitions: 7}
+	m2 := &memLock{rec: &other}
+	l2 := newFencedLock(m2, func() time.Time { return now })
+	_, _, err = l2.Get(context.Background())
+	require.NoError(t, err)
+	takeover := resourcelock.LeaderElectionRecord{HolderIdentity: "me", AcquireTime: metav1.NewTime(now), LeaderTransitions: 8}
+	require.NoError(t, l2.Update(context.Background(), takeover))
+	assert.Equal(t, takeover, *m2.rec, "a takeover is written as client-go made it")
 }
