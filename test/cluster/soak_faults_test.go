@@ -125,6 +125,11 @@ func (s *soak) runFaults(runs map[string]int, fs ...fault) {
 	w.lostBytes = !s.coldSince().Equal(cold)
 	s.mu.Unlock()
 	w.kept = s.readProbe(w)
+	// A cache that went cold is reported so: the status names when the serving master
+	// started empty.
+	if w.kept == fmt.Sprintf("0/%d", probeObjects) && !w.lostBytes {
+		s.breach("3 cold unreported", "%s: the probe read none of its objects back, yet the backend's status.leader.coldCacheSince did not move", w.kind)
+	}
 	s.event("settled", map[string]any{"kind": w.kind, "took": w.end.Sub(w.start).Round(100 * time.Millisecond).String(),
 		"capacity": capacity.Round(100 * time.Millisecond).String(), "cold": w.lostBytes, "probe": w.kept})
 }
