@@ -409,23 +409,41 @@ func (s *soak) servingLeader(ctx context.Context) (*corev1.Pod, error) {
 	return nil, fmt.Errorf("no ready leader Pod labelled %s=true", vocab.LabelStoreLeader)
 }
 
-func (s *soak) deleteLeaderPod(w *window, _ int) error {
-	p, err := s.servingLeader(s.ctx)
-	if err != nil {
-		return err
+// untilDone retries a fault's action for up to 90 s: overlapping another fault, its target
+// may be unreachable for a while (the API server restarting, the serving master's node off
+// until a standby serves).
+func (s *soak) untilDone(act func() error) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := act()
+		if err == nil || time.Now().After(deadline) || s.ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Second)
 	}
-	s.event("fault action", map[string]any{"kind": faultLeaderDelete, "pod": p.Name})
-	return env.client.CoreV1().Pods(systemNS).Delete(s.ctx, p.Name, metav1.DeleteOptions{})
+}
+
+func (s *soak) deleteLeaderPod(w *window, _ int) error {
+	return s.untilDone(func() error {
+		p, err := s.servingLeader(s.ctx)
+		if err != nil {
+			return err
+		}
+		s.event("fault action", map[string]any{"kind": faultLeaderDelete, "pod": p.Name})
+		return env.client.CoreV1().Pods(systemNS).Delete(s.ctx, p.Name, metav1.DeleteOptions{})
+	})
 }
 
 func (s *soak) killMaster(w *window, _ int) error {
-	p, err := s.servingLeader(s.ctx)
-	if err != nil {
-		return err
-	}
-	s.plan(w, func(q *corev1.Pod) bool { return q.UID == p.UID })
-	s.event("fault action", map[string]any{"kind": faultMasterKill, "pod": p.Name})
-	return sigkill(p)
+	return s.untilDone(func() error {
+		p, err := s.servingLeader(s.ctx)
+		if err != nil {
+			return err
+		}
+		s.plan(w, func(q *corev1.Pod) bool { return q.UID == p.UID })
+		s.event("fault action", map[string]any{"kind": faultMasterKill, "pod": p.Name})
+		return sigkill(p)
+	})
 }
 
 // sigkill kills a Pod's first container through its node's containerd.
@@ -442,6 +460,10 @@ func sigkill(p *corev1.Pod) error {
 }
 
 func (s *soak) killManagerLeader(w *window, _ int) error {
+	return s.untilDone(func() error { return s.killManagerLeaderOnce(w) })
+}
+
+func (s *soak) killManagerLeaderOnce(w *window) error {
 	l, err := env.client.CoordinationV1().Leases(systemNS).Get(s.ctx, managerLease, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("the manager's Lease: %w", err)
