@@ -73,11 +73,17 @@ func (s *soak) watchRestarts() {
 						continue
 					}
 					why := "running"
+					at := time.Now()
+					// Judged at when the container ended, not when the restart was seen: a
+					// container in back-off restarts well after the fault that killed it.
+					ended := at
 					if t := c.LastTerminationState.Terminated; t != nil {
 						why = fmt.Sprintf("%s, exit code %d, at %s", t.Reason, t.ExitCode, t.FinishedAt.UTC().Format(time.TimeOnly))
+						if !t.FinishedAt.IsZero() {
+							ended = t.FinishedAt.Time
+						}
 					}
-					at := time.Now()
-					planned := s.plannedRestart(p, at)
+					planned := s.plannedRestart(p, ended)
 					r := restartSeen{at: at, container: ns + "/" + p.Name + "/" + c.Name, why: why, planned: planned}
 					s.mu.Lock()
 					s.restarts = append(s.restarts, r)
