@@ -1100,7 +1100,7 @@ cmd_restart() {
       stop "$name" 10
       keep_log "$name"
       start_node "$i"
-      wait_for "$name" 30 "$name" test -S "$(ctr_sock "$i")" ;;
+      wait_for "$name" 30 "$name" containerd_answers "$i" ;;
     kubelet-[0-9])
       i=${name#kubelet-}; node_index "$i"
       stop "$name" 10
@@ -1124,6 +1124,10 @@ cmd_node_off() {
   log "$(node_name "$i") off in $(since "$t0")s"
 }
 
+# containerd_answers I: node I's containerd serves its API (a SIGKILLed one leaves its socket
+# file behind, so the file alone says nothing: a kubelet started on it exits at once).
+containerd_answers() { ctr --address "$(ctr_sock "$1")" --timeout 2s version; }
+
 cmd_node_on() {
   local i=${1:-} t0
   t0=$(now)
@@ -1131,7 +1135,7 @@ cmd_node_on() {
   keep_log "containerd-$i"
   keep_log "kubelet-$i"
   start_node "$i"
-  wait_for "containerd-$i" 30 "containerd-$i" test -S "$(ctr_sock "$i")"
+  wait_for "containerd-$i" 30 "containerd-$i" containerd_answers "$i"
   start_kubelet "$i"
   wait_for "node $(node_name "$i") Ready" 90 "kubelet-$i" kubectl_admin wait --for=condition=Ready "node/$(node_name "$i")" --timeout=2s
   log "$(node_name "$i") on and Ready in $(since "$t0")s"
