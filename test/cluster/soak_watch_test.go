@@ -65,7 +65,9 @@ func (s *soak) watchRestarts() {
 			}
 			for i := range l.Items {
 				p := &l.Items[i]
-				for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+				// Init containers run again whenever a sandbox is made again: the containers'
+				// own restarts say what happened.
+				for _, c := range p.Status.ContainerStatuses {
 					key := string(p.UID) + "/" + c.Name
 					before, known := seen[key]
 					seen[key] = c.RestartCount
