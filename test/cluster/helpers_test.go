@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,10 +92,9 @@ func eventually(t *testing.T, timeout, interval time.Duration, what string, cond
 // a connection lives that it accepted while it was starting.
 func adminOf(t *testing.T, backend string) *store.Client {
 	t.Helper()
-	svc, err := env.client.CoreV1().Services("gpustack-system").Get(context.Background(), backend+"-leader", metav1.GetOptions{})
+	c, err := storeAdmin(context.Background(), backend)
 	require.NoError(t, err)
-	return store.New(fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, adminPort), store.WithTimeout(time.Second),
-		store.WithTransport(&http.Transport{DisableKeepAlives: true}))
+	return c
 }
 
 func getBackend(t *testing.T, name string) *kvv1.KVCacheBackend {

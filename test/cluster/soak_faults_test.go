@@ -306,7 +306,7 @@ func (s *soak) settled() (bool, string) {
 			want[bnd.Spec.Domain.Name] = true
 		}
 	}
-	admin, err := storeAdmin(ctx)
+	admin, err := storeAdmin(ctx, backendName)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -393,13 +393,16 @@ func strayOwned(ctx context.Context, live types.UID) string {
 	return ""
 }
 
-// storeAdmin is the serving master's admin API through the leader Service.
-func storeAdmin(ctx context.Context) (*store.Client, error) {
-	svc, err := env.client.CoreV1().Services(systemNS).Get(ctx, backendName+"-leader", metav1.GetOptions{})
+// storeAdmin is a backend's serving master's admin API through its leader Service: the
+// ClusterIP, which kube-proxy on this host routes to the serving leader, as it does for Pods.
+// Every call opens a new connection, as a new client does: the master's admin server answers
+// 404 for as long as a connection lives that it accepted while it was starting.
+func storeAdmin(ctx context.Context, backend string) (*store.Client, error) {
+	svc, err := env.client.CoreV1().Services(systemNS).Get(ctx, backend+"-leader", metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return store.New(fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, adminPort), store.WithTimeout(2*time.Second),
+	return store.New(fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, adminPort), store.WithTimeout(time.Second),
 		store.WithTransport(&http.Transport{DisableKeepAlives: true})), nil
 }
 

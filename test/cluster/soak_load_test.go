@@ -3,11 +3,11 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,22 +32,9 @@ const (
 	pauseImage     = "registry.k8s.io/pause:3.10.2"
 )
 
-// loadStop tells the load loops to finish what they hold and return; the watchers run on.
-var loadStop = struct {
-	sync.Mutex
-	ch chan struct{}
-}{}
-
-func (s *soak) loadDone() <-chan struct{} {
-	loadStop.Lock()
-	defer loadStop.Unlock()
-	return loadStop.ch
-}
+func (s *soak) loadDone() <-chan struct{} { return s.loadStop }
 
 func (s *soak) prepare(t *testing.T) {
-	loadStop.Lock()
-	loadStop.ch = make(chan struct{})
-	loadStop.Unlock()
 	s.w.ensureNamespace(t, soakBound)
 	for i := 0; i < 2; i++ {
 		s.w.ensureNamespace(t, fmt.Sprintf("%s%d", soakChurn, i))
@@ -91,11 +78,7 @@ func (s *soak) startLoad() {
 	s.spawnLoad(s.mustRefuseLoop)
 }
 
-func (s *soak) stopLoad() {
-	loadStop.Lock()
-	close(loadStop.ch)
-	loadStop.Unlock()
-}
+func (s *soak) stopLoad() { close(s.loadStop) }
 
 // pause waits d unless the load is stopping.
 func (s *soak) pause(d time.Duration) bool {
@@ -167,16 +150,7 @@ func (s *soak) noManagerAt(at time.Time) bool {
 // isAdmissionError is an answer of the API server (as opposed to no answer).
 func isAdmissionError(err error) bool {
 	var st apierrors.APIStatus
-	return err != nil && (apierrors.IsInternalError(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
-		(asStatus(err, &st) && st.Status().Code >= 400))
-}
-
-func asStatus(err error, into *apierrors.APIStatus) bool {
-	st, ok := err.(apierrors.APIStatus)
-	if ok {
-		*into = st
-	}
-	return ok
+	return errors.As(err, &st) && st.Status().Code >= 400
 }
 
 // engineSlot keeps one stand-in running at a time, each for a while, alternating the engine

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
+	"github.com/kvcache-operator/kvcache/injection"
 )
 
 // TestSoak runs the walkthrough's store (three leader replicas) under load and faults for
@@ -144,14 +146,18 @@ type soak struct {
 	checks     int
 	noManager  [][2]time.Time // while no manager replica ran
 	probe      *soakProbe
+	injector   *injection.Injector // one parse of the templates for every check
+	loadStop   chan struct{}       // closed when the load is to finish what it holds
 }
 
 func newSoak(t *testing.T, w *walk, cfg soakConfig) *soak {
 	ctx, cancel := context.WithCancel(context.Background())
 	f, err := os.Create(filepath.Join(cfg.out, "events.jsonl"))
 	require.NoError(t, err)
-	return &soak{t: t, w: w, cfg: cfg, ctx: ctx, cancel: cancel, events: f,
-		samples: map[string][]procSample{}, drifted: map[string]string{}}
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	return &soak{t: t, w: w, cfg: cfg, ctx: ctx, cancel: cancel, events: f, injector: injection.New(r),
+		loadStop: make(chan struct{}), samples: map[string][]procSample{}, drifted: map[string]string{}}
 }
 
 // close stops what still runs and deletes what the soak created (its Pods, its Bindings), so

@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/vocab"
@@ -214,12 +213,6 @@ func lastLogTime(file string) time.Time {
 func (s *soak) checkInjection() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := generator.NewRenderer()
-	if err != nil {
-		s.breach("1 injection", "renderer: %v", err)
-		return
-	}
-	inj := injection.New(r)
 	l, err := env.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: vocab.LabelInject + "=true"})
 	if err != nil {
 		return
@@ -238,7 +231,7 @@ func (s *soak) checkInjection() {
 			s.breach("1 injection", "opted-in Pod %s runs uninjected", name)
 			continue
 		}
-		diffs, err := inj.Drift(ctx, p, p.Namespace, lookup)
+		diffs, err := s.injector.Drift(ctx, p, p.Namespace, lookup)
 		var rf *injection.Refusal
 		switch {
 		case errors.As(err, &rf):

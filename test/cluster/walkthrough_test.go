@@ -420,12 +420,7 @@ func (w *walk) everyReplicaServes(t *testing.T) {
 // containerd of the Pod's node (in its PID namespace every process goes with it).
 func killContainer(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	require.NotEmpty(t, p.Status.ContainerStatuses, "pod %s has no container status", p.Name)
-	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	sock := env.nodeSocket[p.Spec.NodeName]
-	require.NotEmpty(t, sock, "the containerd of node %s", p.Spec.NodeName)
-	out, err := exec.Command("ctr", "-a", sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
-	require.NoError(t, err, "ctr tasks kill -s SIGKILL %s: %s", id, out)
+	require.NoError(t, sigkill(p))
 }
 
 // routesTo reports whether a Service in the release namespace still sends traffic to ip: its
