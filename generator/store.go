@@ -211,7 +211,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		leader.LauncherPath = vocab.LauncherDir + "/kvcache"
 		leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{leader.LauncherPath}, 1, false
 		// The launcher runs the master; the Lease names the Pod.
-		leader.Args = append([]string{"elect", "--lease-name=" + LeaderName(b.Name), "--"}, append([]string{vocab.MasterCommand}, leader.Args...)...)
+		leader.Args = append([]string{"elect", "--lease-name=" + LeaderName(b.Name), fmt.Sprintf("--peer-port=%d", d.Store.LeaderPeerPort), "--"}, append([]string{vocab.MasterCommand}, leader.Args...)...)
 		leader.Env = append([]corev1.EnvVar{fieldEnv(vocab.LauncherPodNameEnv, "metadata.name"), fieldEnv(vocab.LauncherPodNamespaceEnv, "metadata.namespace")}, leader.Env...)
 	}
 	v.Leader = leader

@@ -28,6 +28,11 @@ const (
 	DefaultRetryPeriod   = 1 * time.Second
 	// DefaultStopGrace bounds a graceful master stop (it measured 0.3-0.6 s after SIGTERM).
 	DefaultStopGrace = 3 * time.Second
+	// DefaultMaxHold is how long past its last renewal a leader keeps its master on its
+	// standbys' promises alone, while nobody reaches the API server: longer than a restart of
+	// the API server (20 s measured, 15 s of it its graceful stop). A standby that the leader's
+	// term never acknowledged waits this much longer before it takes over.
+	DefaultMaxHold = 60 * time.Second
 	// DefaultLinger is how long a launcher that handed over gracefully stays up, master stopped,
 	// before it exits: see Config.Linger. A new master serves 2.3-3.2 s after the old one's Pod
 	// is deleted (measured on the real cluster).
@@ -58,6 +63,17 @@ type Config struct {
 	// Pod that is gone drops it silently and the client waits out its 30 s connect timeout
 	// (measured: a put 31.5 s after the handover without it, 2.6-4.0 s with 5 s).
 	Linger time.Duration
+
+	// PeerPort is the port every launcher of the backend serves the peer protocol on (peer.go),
+	// over which a leader whose renewals fail keeps its master while its standbys renew the
+	// Lease for it or promise not to take over. 0: no peer protocol, and a leader whose
+	// renewals fail for RenewDeadline kills its master whatever the cause.
+	PeerPort int
+	// PeerAddress is the address to listen on for peers, and, when it names an IP, to call
+	// them from; empty: every interface on PeerPort.
+	PeerAddress string
+	// MaxHold bounds how long past its last renewal a leader keeps its master on promises.
+	MaxHold time.Duration
 
 	// Command is the master's argv; it inherits this process's environment.
 	Command []string
@@ -93,6 +109,21 @@ func ValidateTiming(leaseDuration, renewDeadline, retryPeriod, stopGrace time.Du
 	return errors.Join(errs...)
 }
 
+// ValidatePeers checks the peer protocol's settings.
+func ValidatePeers(peerPort int, podName string, maxHold time.Duration) error {
+	var errs []error
+	if peerPort < 0 || peerPort > 65535 {
+		errs = append(errs, fmt.Errorf("peer port %d: must be 0 (no peer protocol) or a port", peerPort))
+	}
+	if peerPort > 0 && podName == "" {
+		errs = append(errs, errors.New("the peer protocol needs the launcher's Pod name (peers are checked against their Pods' addresses)"))
+	}
+	if maxHold < 0 {
+		errs = append(errs, fmt.Errorf("max hold %s: must not be negative", maxHold))
+	}
+	return errors.Join(errs...)
+}
+
 func (c Config) validate() error {
 	var errs []error
 	if c.Client == nil {
@@ -115,6 +146,9 @@ func (c Config) validate() error {
 	}
 	if c.Linger < 0 {
 		errs = append(errs, fmt.Errorf("linger %s: must not be negative", c.Linger))
+	}
+	if err := ValidatePeers(c.PeerPort, c.PodName, c.MaxHold); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

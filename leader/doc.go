@@ -12,5 +12,12 @@
 // leads carries the label [vocab.LabelStoreLeader]="true"; a standby writes "false" on its own Pod
 // at start, and a new leader on its predecessor's (which may have died with its node).
 //
+// A Lease alone would make every API server outage longer than RenewDeadline stop the serving
+// master (and empty the cache), since a leader that cannot renew cannot tell a restarting API
+// server from a partition that lets a standby take over. With a peer port the launchers of a
+// backend settle that between themselves (peer.go, hold.go): a standby that reaches the API
+// server renews the Lease for the leader, and when none does, every standby the leader's term
+// acknowledged promises not to take over, for at most MaxHold.
+//
 // Process groups are a Unix facility; on other systems [Run] refuses to start the master.
 package leader

@@ -74,6 +74,11 @@ func TestFencedLockRecordsARelease(t *testing.T) {
 	assert.False(t, l.wasReleased())
 	_, _, err := l.Get(context.Background()) // client-go reads before it releases
 	require.NoError(t, err)
+	require.EqualError(t, l.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: ""}),
+		"not releasing the Lease: this launcher has not stepped down (its master may still serve)",
+		"client-go releases when its renewals fail; the launcher decides when the master is gone")
+	assert.False(t, l.wasReleased())
+	l.allowRelease()
 	require.NoError(t, l.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: ""}))
 	assert.True(t, l.wasReleased())
 }
@@ -155,6 +160,7 @@ func TestFencedLockMarksATermThisPodHeldBefore(t *testing.T) {
 	assert.Equal(t, 4, m.rec.LeaderTransitions)
 	released := old
 	released.HolderIdentity = ""
+	l.allowRelease()
 	require.NoError(t, l.Update(context.Background(), released))
 	assert.Equal(t, 4, m.rec.LeaderTransitions, "the release keeps the count")
 

@@ -20,6 +20,7 @@ var walkthroughYAML []byte
 type Store struct {
 	RPCPort            int32  `json:"rpcPort"`
 	AdminPort          int32  `json:"adminPort"`
+	LeaderPeerPort     int32  `json:"leaderPeerPort"`
 	DefaultKVLeaseTTL  string `json:"defaultKVLeaseTTL"`
 	MemberRestPortBase int32  `json:"memberRestPortBase"`
 	TenantQuotaDir     string `json:"tenantQuotaDir"`

@@ -42,7 +42,11 @@ and the leader Service routes only to the serving one.
 On SIGTERM or SIGINT the master is stopped (SIGTERM, then SIGKILL after --stop-grace), the Pod's
 ` + vocab.LabelStoreLeader + ` label is set to "false", then the Lease is released, and elect
 exits 0 after --linger. On a lost Lease the master is killed at once and elect exits 1. When the master exits
-by itself, the Lease is released and elect exits with the master's code (1 if it was 0).`,
+by itself, the Lease is released and elect exits with the master's code (1 if it was 0).
+
+With --peer-port the backend's launchers also talk to each other: a leader whose renewals fail
+keeps its master while a standby renews the Lease on its behalf, or, when no launcher reaches the
+API server, while every standby it acknowledged promises not to take over (at most --max-hold).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return usageErrorf("elect needs the master command after --: kvcache elect --lease-name NAME -- mooncake_master -rpc_port=50051 ...")
@@ -65,6 +69,9 @@ by itself, the Lease is released and elect exits with the master's code (1 if it
 			}
 			if err := leader.ValidateTiming(c.LeaseDuration, c.RenewDeadline, c.RetryPeriod, c.StopGrace); err != nil {
 				return usageErrorf("%v", err)
+			}
+			if err := leader.ValidatePeers(c.PeerPort, c.PodName, c.MaxHold); err != nil {
+				return usageErrorf("%v (--peer-port, --pod-name, --max-hold)", err)
 			}
 			if _, err := exec.LookPath(c.Command[0]); err != nil {
 				return usageErrorf("the master command after --: %v (name an executable, or a program on $PATH)", err)
@@ -99,6 +106,9 @@ by itself, the Lease is released and elect exits with the master's code (1 if it
 	f.DurationVar(&c.RetryPeriod, "retry-period", leader.DefaultRetryPeriod, "how often the leader renews and standbys retry; --renew-deadline must exceed 1.2 times it")
 	f.DurationVar(&c.StopGrace, "stop-grace", leader.DefaultStopGrace, "how long a graceful stop waits after SIGTERM before it SIGKILLs the master")
 	f.DurationVar(&c.Linger, "linger", leader.DefaultLinger, "how long a leader that handed over gracefully stays up with its master stopped, so connections to its Pod are refused (and retried) rather than dropped until a standby serves")
+	f.IntVar(&c.PeerPort, "peer-port", 0, "port the backend's launchers talk to each other on, so that a leader whose renewals fail while the API server is away for everyone keeps its master; 0: none (the master is killed at --renew-deadline whatever the cause)")
+	f.StringVar(&c.PeerAddress, "peer-address", "", "address to listen on for peers and, when it names an IP, to call them from (default: every interface on --peer-port)")
+	f.DurationVar(&c.MaxHold, "max-hold", leader.DefaultMaxHold, "how long past its last renewal a leader keeps its master on its peers' promises alone; a peer the leader never acknowledged waits this much longer before taking over")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs; in a Pod the service account is used")
 	// The same logging flags and JSON lines as the manager (--zap-log-level, --zap-encoder, ...).
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)

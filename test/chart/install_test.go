@@ -463,6 +463,7 @@ var unusedButNeeded = map[string]string{
 	"worker.gpustack.ai/kvcachepools get":                   cacheMiss,
 	"worker.gpustack.ai/instancetypes get":                  cacheMiss,
 	"/pods patch":                                           "the store's leader Role grants pods patch; RBAC lets the operator grant only what it holds",
+	"/pods get":                                             "the store's leader Role grants pods get (a launcher checks its peers' addresses); RBAC lets the operator grant only what it holds",
 	"/events patch":                                         "leader election's recorder patches an event it repeats instead of creating another",
 	"events.k8s.io/events patch":                            "the event recorder patches a repeated event's series instead of creating another",
 	"worker.gpustack.ai/modeldeployments/finalizers update": "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",

@@ -181,8 +181,9 @@ func apiServerAddr(t *testing.T, env *testenv.Env) string {
 }
 
 // createLeaderPod creates a leader Pod as the Deployment controller would, from the rendered
-// template. No kubelet runs it: it is the object the launcher labels.
-func createLeaderPod(t *testing.T, c client.Client, s renderedStore, name string) {
+// template, with the IP a kubelet would report. No kubelet runs it: it is the object the
+// launcher labels and its peers check its address against.
+func createLeaderPod(t *testing.T, c client.Client, s renderedStore, name, ip string) {
 	t.Helper()
 	tpl := s.leader.Spec.Template
 	pod := &corev1.Pod{
@@ -190,6 +191,31 @@ func createLeaderPod(t *testing.T, c client.Client, s renderedStore, name string
 		Spec:       *tpl.Spec.DeepCopy(),
 	}
 	require.NoError(t, c.Create(t.Context(), pod))
+	pod.Status.PodIP = ip
+	pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	require.NoError(t, c.Status().Update(t.Context(), pod))
+}
+
+// launcherFlags are the rendered `kvcache elect` flags (between "elect" and "--"), without the
+// peer port, which the test gives a free one.
+func launcherFlags(t *testing.T, s renderedStore) []string {
+	t.Helper()
+	ctr := s.leader.Spec.Template.Spec.Containers[0]
+	require.NotEmpty(t, ctr.Args)
+	require.Equal(t, "elect", ctr.Args[0], "the leader container runs the launcher: %v", ctr.Args)
+	end := slices.Index(ctr.Args, "--")
+	require.Positive(t, end)
+	var flags []string
+	sawPeer := false
+	for _, a := range ctr.Args[1:end] {
+		if flagKey(a) == "peer_port" {
+			sawPeer = true
+			continue
+		}
+		flags = append(flags, a)
+	}
+	require.True(t, sawPeer, "the rendered launcher talks to its peers: %v", ctr.Args)
+	return flags
 }
 
 // nativeHAFlags are mooncake_master's own HA flags: its Kubernetes backend is in no published

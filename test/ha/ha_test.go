@@ -6,12 +6,17 @@
 // the rendered grants, and run the PyPI wheel's mooncake_master only while they lead. A real
 // member (mc_store_rest_server, with the rendered env) and a real Python client
 // (MooncakeDistributedStore) use the master through one address, as they would the leader
-// Service. The test then stops the leader gracefully, kills its whole Pod, partitions it from
-// the API server and steals its Lease, and measures each failover from the signal to a new
-// master serving, to the member's segment registered again and to a client put succeeding.
+// Service. The test then stops the leader gracefully, kills its whole Pod, isolates it from
+// the API server and its peers and steals its Lease, and measures each failover from the signal
+// to a new master serving, to the member's segment registered again and to a client put
+// succeeding. It also takes the API server away from every launcher, and from the leader alone,
+// and proves the serving master is kept (the peer protocol): same process, same term, the
+// objects written before read back; a launcher that starts meanwhile does not take over; and an
+// outage longer than --max-hold ends the term, fenced as before.
 //
-// No kubelet runs: the leader Pods are plain objects (the launchers label them), the
-// launchers and processes run on loopback sharing one rpc and admin port, which only the
+// No kubelet runs: the leader Pods are plain objects (the launchers label them), each with its
+// own loopback address as its Pod IP (the launchers talk to each other there, and check each
+// other's address against the Pod), the masters sharing one rpc and admin port, which only the
 // serving master can bind, as only it is behind the Service. hack/mooncake.sh and
 // KUBEBUILDER_ASSETS (`make tools`) are required: without them the test fails, never skips.
 // Run with -v for the timings; -ha.runs sets how many graceful and crash failovers it measures.
@@ -20,16 +25,19 @@ package ha_test
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +60,13 @@ const (
 	// The failover goals, signal to a successful client put.
 	gracefulGoal = 5 * time.Second
 	crashGoal    = 20 * time.Second
+
+	// apiAway is how long the API server is away in the hold steps: the measured restart of
+	// the real cluster's API server (20 s).
+	apiAway = 20 * time.Second
+	// testMaxHold is the launchers' --max-hold here: shorter than the default, so the step that
+	// outlasts it is short too.
+	testMaxHold = 30 * time.Second
 )
 
 var runs = flag.Int("ha.runs", 3, "how many graceful and how many crash failovers to measure")
@@ -60,6 +75,7 @@ var runs = flag.Int("ha.runs", 3, "how many graceful and how many crash failover
 // container), its emptyDir holding the ledger copy, and its own path to the API server.
 type leaderPod struct {
 	name   string
+	ip     string // its Pod IP: a loopback address of its own
 	dir    string
 	proxy  *apiProxy
 	kc     string
@@ -75,6 +91,9 @@ type haCluster struct {
 	kvcache  string
 	venvBin  string
 	argv     func(policy string) []string
+	rendered renderedStore
+	flags    []string // the rendered launcher flags, between "elect" and "--"
+	peerPort int
 	seed     string
 	kc       []byte
 	apiAddr  string
@@ -97,15 +116,15 @@ func TestLeaseFailover(t *testing.T) {
 	kvcache := buildKvcache(t)
 	st := renderStore(t, env.Client)
 	applyLeaderAccess(t, env.Client, st)
-	ports := mooncaketest.FreePorts(t, 3)
-	rpcPort, adminPort, restPort := ports[0], ports[1], ports[2]
+	ports := mooncaketest.FreePorts(t, 4)
+	rpcPort, adminPort, restPort, peerPort := ports[0], ports[1], ports[2], ports[3]
 	rpcAddr := "127.0.0.1:" + strconv.Itoa(rpcPort)
 	probe := st.leader.Spec.Template.Spec.Containers[0].ReadinessProbe
 	require.NotNil(t, probe)
 	require.NotNil(t, probe.HTTPGet)
 	cl := &haCluster{
 		t: t, c: env.Client, kvcache: kvcache, venvBin: venvBin,
-		argv: masterArgv(t, st, rpcPort, adminPort), seed: st.seed,
+		rendered: st, argv: masterArgv(t, st, rpcPort, adminPort), flags: launcherFlags(t, st), peerPort: peerPort, seed: st.seed,
 		kc: leaderKubeconfig(t, env), apiAddr: apiServerAddr(t, env),
 		readyURL: probe.HTTPGet.Path,
 		admin:    admin{base: "http://127.0.0.1:" + strconv.Itoa(adminPort)},
@@ -115,9 +134,9 @@ func TestLeaseFailover(t *testing.T) {
 
 	// ---- 1. Three launchers on one Lease: exactly one master serves. ------------------------
 	for i := range 3 {
-		name := generator.LeaderName(backendName) + "-" + strconv.Itoa(i)
-		createLeaderPod(t, env.Client, st, name)
-		cl.pods = append(cl.pods, &leaderPod{name: name})
+		p := &leaderPod{name: generator.LeaderName(backendName) + "-" + strconv.Itoa(i), ip: "127.0.0." + strconv.Itoa(11+i)}
+		createLeaderPod(t, env.Client, st, p.name, p.ip)
+		cl.pods = append(cl.pods, p)
 	}
 	for _, p := range cl.pods {
 		cl.start(p)
@@ -152,11 +171,20 @@ func TestLeaseFailover(t *testing.T) {
 	// ---- 5. The leader's container dies and restarts in place (same Pod, same identity).
 	lastKey = cl.restartInPlace(lastKey)
 
-	// ---- 6. The leader loses the API server: it kills its master before a standby may start
-	// one. ----------------------------------------------------------------------------------
-	lastKey = cl.failover("partition", 0, lastKey)
+	// ---- 6. The API server goes away from every launcher (a control-plane restart): the
+	// leader keeps its master on its standbys' promises, and a launcher that starts meanwhile,
+	// which the leader never acknowledged, does not take over. Then from the leader alone: the
+	// standbys renew the Lease on its behalf. ------------------------------------------------
+	lastKey = cl.heldThrough("api-away", lastKey)
+	lastKey = cl.heldThrough("leader-cut", lastKey)
 
-	// ---- 7. Another holder takes the Lease: the leader kills its master at once and leaves
+	// ---- 7. The leader loses the API server and hears from no standby (they are frozen): it
+	// kills its master before a standby may start one. An outage longer than --max-hold ends
+	// the term the same way once the promises run out. ----------------------------------------
+	lastKey = cl.failover("isolated", 0, lastKey)
+	lastKey = cl.failover("past-max-hold", 0, lastKey)
+
+	// ---- 8. Another holder takes the Lease: the leader kills its master at once and leaves
 	// the Lease alone. -------------------------------------------------------------------------
 	cl.stolen(lastKey)
 
@@ -165,7 +193,7 @@ func TestLeaseFailover(t *testing.T) {
 	member.Stop()
 
 	t.Logf("failover timings over %d run(s) each, from the signal (min / median / max):", *runs)
-	for _, kind := range []string{"graceful", "crash", "master", "partition"} {
+	for _, kind := range []string{"graceful", "crash", "master", "isolated", "past-max-hold"} {
 		s := cl.samples[kind]
 		t.Logf("  %-9s master serving %s; member re-registered %s; client put succeeded %s",
 			kind, stats(s, func(x sample) time.Duration { return x.serving }),
@@ -193,7 +221,10 @@ func (cl *haCluster) start(p *leaderPod) {
 		p.kc = filepath.Join(p.dir, "kubeconfig")
 		require.NoError(t, os.WriteFile(p.kc, kubeconfigVia(t, cl.kc, p.proxy.addr()), 0o600))
 	}
-	args := append([]string{"elect", "--kubeconfig", p.kc, "--lease-name", generator.LeaderName(backendName), "--"}, cl.argv(p.policy)...)
+	args := append([]string{"elect", "--kubeconfig", p.kc}, cl.flags...)
+	args = append(args, "--peer-port="+strconv.Itoa(cl.peerPort), "--peer-address="+net.JoinHostPort(p.ip, strconv.Itoa(cl.peerPort)),
+		"--max-hold="+testMaxHold.String(), "--")
+	args = append(args, cl.argv(p.policy)...)
 	p.p = startProc(t, "kvcache elect ("+p.name+")", []string{
 		"POD_NAME=" + p.name, "POD_NAMESPACE=" + systemNamespace,
 		"PATH=" + cl.venvBin + string(os.PathListSeparator) + os.Getenv("PATH"), // mooncake_master, as on the store image
@@ -262,6 +293,37 @@ func (cl *haCluster) awaitLeader(d time.Duration, notName string) *leaderPod {
 	_, err = poll(10*time.Second, func() error { return cl.labels(lead, notName) })
 	require.NoError(t, err)
 	return lead
+}
+
+// peersAcked waits until lead acknowledged every running standby as its peer in its term, as
+// it does within a retry period or two of a new term (a standby it did not acknowledge takes
+// over only after --max-hold more).
+func (cl *haCluster) peersAcked(lead *leaderPod) {
+	t := cl.t
+	t.Helper()
+	_, err := poll(15*time.Second, func() error {
+		became, ok := lead.p.event("became leader")
+		if !ok {
+			return fmt.Errorf("%s does not lead", lead.name)
+		}
+		for _, p := range cl.pods {
+			if p == lead || p.p.Exited() {
+				continue
+			}
+			found := false
+			for _, e := range lead.p.events() {
+				if e.Msg == "acknowledged a peer: the master is held past failing renewals only with its promise" &&
+					!e.at().Before(became.at()) && strings.Contains(e.raw, `"peer":"`+p.name+`"`) {
+					found = true
+				}
+			}
+			if !found {
+				return fmt.Errorf("%s has not acknowledged %s", lead.name, p.name)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 // oneMaster checks that lead's launcher runs a master and no other launcher does.
@@ -344,6 +406,7 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 	t.Helper()
 	ctx := t.Context()
 	old := cl.awaitLeader(30*time.Second, "")
+	cl.peersAcked(old)
 	oldMaster, _ := old.p.event("master started")
 	before, err := leaseOf(ctx, cl.c)
 	require.NoError(t, err)
@@ -358,13 +421,26 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		_ = syscall.Kill(-old.p.Pid(), syscall.SIGKILL)
 	case "master": // the master alone dies (the OOM killer picks the biggest process)
 		_ = syscall.Kill(oldMaster.PID, syscall.SIGKILL)
-	case "partition":
+	case "isolated": // cut from the API server, and no standby answers it
+		for _, p := range cl.pods {
+			if p != old {
+				p.p.Signal(syscall.SIGSTOP)
+			}
+		}
 		old.proxy.setCut(true)
+	case "past-max-hold": // the API server away from everyone for longer than --max-hold
+		for _, p := range cl.pods {
+			p.proxy.setCut(true)
+		}
 	default:
 		t.Fatalf("failover kind %q", kind)
 	}
 	budget := 30 * time.Second
-	if kind != "graceful" {
+	switch kind {
+	case "graceful":
+	case "past-max-hold":
+		budget = testMaxHold + 30*time.Second
+	default:
 		budget = 45 * time.Second
 	}
 	// Until the old master is gone the shared ports are its; afterwards whatever answers is new.
@@ -375,6 +451,18 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		return nil
 	})
 	require.NoError(t, err)
+	switch kind {
+	case "isolated":
+		for _, p := range cl.pods {
+			if p != old {
+				p.p.Signal(syscall.SIGCONT)
+			}
+		}
+	case "past-max-hold":
+		for _, p := range cl.pods {
+			p.proxy.setCut(false)
+		}
+	}
 	puts := cl.putUntilOK(fmt.Sprintf("%s-%d-after", kind, run), budget)
 	servingAt, err := poll(budget, cl.serving)
 	require.NoError(t, err, "%s %d: a new master serves", kind, run)
@@ -423,14 +511,19 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		assert.Equal(t, []string{"master exited while leading", "released the Lease"}, msgs[len(msgs)-2:])
 		released, _ := old.p.event("released the Lease")
 		assert.False(t, newStart.at().Before(released.at()), "the new master starts after the release")
-	case "partition":
+	case "isolated", "past-max-hold":
 		assert.Equal(t, 1, old.p.Wait(t, 20*time.Second), "a lost Lease exits 1")
 		lost, ok := old.p.event("lost the Lease: killing the master")
 		require.True(t, ok, "the old launcher says it lost the Lease:\n%s", old.p.Output())
-		t.Logf("partition: %s gave up the Lease %s after the cut (%s); the new master started %s after the cut",
-			old.name, lost.at().Sub(t0).Round(time.Millisecond), lost.Reason, newStart.at().Sub(t0).Round(time.Millisecond))
-		assert.Equal(t, "no successful renewal for "+leader.DefaultRenewDeadline.String(), lost.Reason)
-		assert.LessOrEqual(t, lost.at().Sub(t0), leader.DefaultRenewDeadline+2*time.Second, "the master is killed within the renew deadline of the last renewal")
+		t.Logf("%s: %s gave up the Lease %s after the cut (%s); the new master started %s after the cut",
+			kind, old.name, lost.at().Sub(t0).Round(time.Millisecond), lost.Reason, newStart.at().Sub(t0).Round(time.Millisecond))
+		if kind == "isolated" {
+			assert.Equal(t, "no successful renewal for "+leader.DefaultRenewDeadline.String(), lost.Reason, "no standby promised: no hold")
+			assert.LessOrEqual(t, lost.at().Sub(t0), leader.DefaultRenewDeadline+2*time.Second, "the master is killed within the renew deadline of the last renewal")
+		} else {
+			assert.Contains(t, lost.Reason, "the peers' promises ran out")
+			assert.InDelta(t, testMaxHold.Seconds(), lost.at().Sub(t0).Seconds(), 2, "the promises carry the master --max-hold past the last renewal, no longer")
+		}
 		stopped, _ := old.p.event("master stopped")
 		assert.True(t, stopped.at().Before(newStart.at()), "the old master was dead before the new one started (%s, %s)", stopped.at(), newStart.at())
 		cl.predecessorUnlabelled(lead, old)
@@ -569,4 +662,101 @@ func stats(s []sample, f func(sample) time.Duration) string {
 	slices.Sort(d)
 	r := func(x time.Duration) string { return x.Round(10 * time.Millisecond).String() }
 	return r(d[0]) + " / " + r(d[len(d)/2]) + " / " + r(d[len(d)-1])
+}
+
+// heldThrough takes the API server away for apiAway, from every launcher ("api-away") or from
+// the leader alone ("leader-cut"), and proves the serving master is kept: the same process and
+// the same term on the Lease, every put during the outage succeeds, the key written before
+// still reads back, and the leader renews the Lease itself once the API server answers. During
+// "api-away" a launcher starts in a fourth Pod with its own path to the API server: the leader
+// cannot acknowledge it (it cannot read its Pod), so it does not take over though client-go
+// would. It returns a key written afterwards.
+func (cl *haCluster) heldThrough(kind, prevKey string) string {
+	t := cl.t
+	t.Helper()
+	ctx := t.Context()
+	old := cl.awaitLeader(30*time.Second, "")
+	cl.peersAcked(old)
+	oldMaster, _ := old.p.event("master started")
+	before, err := leaseOf(ctx, cl.c)
+	require.NoError(t, err)
+	cut := []*leaderPod{old}
+	if kind == "api-away" {
+		cut = slices.Clone(cl.pods)
+	}
+	t0 := time.Now()
+	for _, p := range cut {
+		p.proxy.setCut(true)
+	}
+	var young *leaderPod
+	if kind == "api-away" {
+		time.Sleep(3 * time.Second)
+		young = &leaderPod{name: generator.LeaderName(backendName) + "-young", ip: "127.0.0.14"}
+		createLeaderPod(t, cl.c, cl.rendered, young.name, young.ip)
+		cl.pods = append(cl.pods, young)
+		cl.start(young)
+	}
+	var puts, failed int
+	for i := 0; time.Since(t0) < apiAway; i++ {
+		// Small objects: the tenant's quota holds what every step wrote, as the cache is kept.
+		k := fmt.Sprintf("%s-during-%d", kind, i)
+		rc, ok, err := cl.client.put(k, 64<<10)
+		require.NoError(t, err)
+		if ok {
+			puts++
+		} else {
+			failed++
+			t.Logf("%s: put %s failed with %d at %s", kind, k, rc, time.Since(t0).Round(time.Millisecond))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	back := time.Now()
+	for _, p := range cut {
+		p.proxy.setCut(false)
+	}
+
+	require.True(t, processAlive(oldMaster.PID), "%s: the serving master is kept:\n%s", kind, old.p.Output())
+	_, lost := old.p.event("lost the Lease: killing the master")
+	require.False(t, lost, "%s: the leader kept its term:\n%s", kind, old.p.Output())
+	renewed, err := poll(20*time.Second, func() error {
+		ev, ok := old.p.event("renewing the Lease again")
+		if !ok || ev.at().Before(back) {
+			return fmt.Errorf("%s has not renewed the Lease itself since the API server came back", old.name)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	after, err := leaseOf(ctx, cl.c)
+	require.NoError(t, err)
+	assert.Equal(t, ptr.Deref(before.Spec.HolderIdentity, ""), ptr.Deref(after.Spec.HolderIdentity, ""), "the same holder")
+	assert.Equal(t, ptr.Deref(before.Spec.LeaseTransitions, 0), ptr.Deref(after.Spec.LeaseTransitions, 0), "no transition")
+	assert.True(t, before.Spec.AcquireTime.Equal(after.Spec.AcquireTime), "the same term: %s, then %s", before.Spec.AcquireTime, after.Spec.AcquireTime)
+	require.NoError(t, cl.oneMaster(old))
+	assert.Zero(t, failed, "%s: every put while the API server was away succeeded", kind)
+	assert.Equal(t, payloadBytes, cl.client.get(t, prevKey), "%s: the key written before the outage reads back: the cache is kept", kind)
+
+	// How the leader held, by its own account.
+	want := map[string]string{
+		"api-away":   "renewals fail here and every peer's too: holding the master on their promises",
+		"leader-cut": "renewals fail here: a peer renews the Lease on this launcher's behalf",
+	}[kind]
+	held, ok := old.p.event(want)
+	require.True(t, ok, "%s: the leader says %q:\n%s", kind, want, old.p.Output())
+	assert.True(t, held.at().After(t0), "during the outage")
+	t.Logf("%s: %s kept its master through %s without the API server (%d puts, %d failed); it holds from %s after the cut; renewing itself %s after the API server came back",
+		kind, old.name, apiAway, puts, failed, held.at().Sub(t0).Round(time.Millisecond), renewed.Sub(back).Round(time.Millisecond))
+
+	if young != nil {
+		_, led := young.p.event("became leader")
+		assert.False(t, led, "the launcher the leader never acknowledged did not take over:\n%s", young.p.Output())
+		assert.Contains(t, young.p.Output(), "its term never acknowledged this launcher",
+			"it wanted to (client-go saw the Lease unrenewed for its lease duration) and its gate refused")
+		young.p.Signal(syscall.SIGTERM)
+		assert.Equal(t, 0, young.p.Wait(t, 15*time.Second))
+		cl.pods = slices.DeleteFunc(cl.pods, func(p *leaderPod) bool { return p == young })
+		require.NoError(t, cl.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: systemNamespace, Name: young.name}}))
+	}
+	put := <-cl.putUntilOK(kind+"-after", 10*time.Second)
+	require.NoError(t, put.err)
+	return put.key
 }

@@ -59,15 +59,16 @@ func (p *apiProxy) forget(c net.Conn) {
 	delete(p.conns, c)
 }
 
-// setCut cuts the launcher off (true) or reconnects it (false).
+// setCut cuts the launcher off (true) or reconnects it (false). Either way the connections
+// open at the time are closed: cutting drops the forwarded ones, reconnecting ends the black
+// holes (as an API server coming back resets what clients held), so the launcher's next
+// request goes through rather than waiting out its timeout.
 func (p *apiProxy) setCut(cut bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			_ = c.Close()
-		}
+	for c := range p.conns {
+		_ = c.Close()
 	}
 }
 
