@@ -125,6 +125,9 @@ func (s *soak) runFaults(runs map[string]int, fs ...fault) {
 	w.lostBytes = !s.coldSince().Equal(cold)
 	s.mu.Unlock()
 	w.kept = s.readProbe(w)
+	if sparesTheStore(kinds) && w.kept != fmt.Sprintf("%d/%d", probeObjects, probeObjects) {
+		s.breach("3 cache kept", "%s stops no store process, yet the probe kept %s of its objects", w.kind, w.kept)
+	}
 	// A cache that went cold is reported so: the status names when the serving master
 	// started empty, within a minute (the manager that reports it may itself have been the
 	// fault, and its successor waits out the manager's Lease first).
@@ -141,6 +144,21 @@ func (s *soak) runFaults(runs map[string]int, fs ...fault) {
 	}
 	s.event("settled", map[string]any{"kind": w.kind, "took": w.end.Sub(w.start).Round(100 * time.Millisecond).String(),
 		"capacity": capacity.Round(100 * time.Millisecond).String(), "cold": w.lostBytes, "probe": w.kept})
+}
+
+// sparesTheStore says whether every fault kind leaves the store's processes running, so a
+// window of them alone must keep every cached object: the managers come and go, containerd
+// restarts under running containers, and the API server's restart is held through by the
+// store's leader (its standbys promise not to take over).
+func sparesTheStore(kinds []string) bool {
+	for _, k := range kinds {
+		switch k {
+		case faultManagerKill, faultManagersDown, faultContainerd, faultAPIServer:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // plan records that the fault may restart the containers of the Pods match selects.
@@ -535,10 +553,11 @@ func (s *soak) nodeOff(w *window, n int) error {
 }
 
 func (s *soak) restartAPIServer(w *window, _ int) error {
-	// With the API server away longer than a renew deadline (the store launcher's 7 s, the
-	// manager's 10 s), the Lease holders stop leading and exit, and their containers restart
-	// as standbys: the Lease's fencing, by design. The restart takes 15-20 s here (its graceful
-	// stop alone is 15 s).
+	// The restart takes 15-20 s here (its graceful stop alone is 15 s), longer than the
+	// manager's renew deadline (10 s): the manager's leading replica stops leading and exits,
+	// by design. The store's leader keeps its master on its standbys' promises, unless another
+	// fault of the window holds a standby away (a node off): then it stops at its renew
+	// deadline (7 s) and its container restarts as a standby.
 	s.plan(w, func(q *corev1.Pod) bool {
 		return q.Namespace == releaseNS || q.Labels["app.kubernetes.io/component"] == "leader"
 	})
