@@ -33,6 +33,11 @@ const (
 	// the API server (20 s measured, 15 s of it its graceful stop). A standby that the leader's
 	// term never acknowledged waits this much longer before it takes over.
 	DefaultMaxHold = 60 * time.Second
+	// DefaultUnservedGrace is how long the leading launcher's Pod may read Ready=False before it
+	// hands over: a serving master is Ready within 2-3 s (probe period 1 s, two failures to
+	// drop), so 30 s of not Ready means the leader Service has not routed to this master for
+	// that long (its node's kubelet or runtime is gone, or the probe cannot reach it).
+	DefaultUnservedGrace = 30 * time.Second
 	// DefaultLinger is how long a launcher that handed over gracefully stays up, master stopped,
 	// before it exits: see Config.Linger. A new master serves 2.3-3.2 s after the old one's Pod
 	// is deleted (measured on the real cluster).
@@ -74,6 +79,12 @@ type Config struct {
 	PeerAddress string
 	// MaxHold bounds how long past its last renewal a leader keeps its master on promises.
 	MaxHold time.Duration
+	// UnservedGrace is how long the leading launcher's Pod may read Ready=False, counted from
+	// the term's start or its last Ready, before the launcher hands over (its master stopped
+	// gracefully, the Lease released): a master the leader Service does not route to serves
+	// nobody, and its Lease keeps the standbys from serving. A Pod being deleted or gone hands
+	// over at once (its kubelet may be unable to stop it). 0: never; needs PodName.
+	UnservedGrace time.Duration
 
 	// Command is the master's argv; it inherits this process's environment.
 	Command []string
@@ -146,6 +157,9 @@ func (c Config) validate() error {
 	}
 	if c.Linger < 0 {
 		errs = append(errs, fmt.Errorf("linger %s: must not be negative", c.Linger))
+	}
+	if c.UnservedGrace < 0 {
+		errs = append(errs, fmt.Errorf("unserved grace %s: must not be negative", c.UnservedGrace))
 	}
 	if err := ValidatePeers(c.PeerPort, c.PodName, c.MaxHold); err != nil {
 		errs = append(errs, err)

@@ -91,13 +91,8 @@ func judgeRound(r holdRound) holdOutcome {
 func (p *peerNet) holdRounds(ctx context.Context, maxHold time.Duration, events chan<- holdOutcomeAt) {
 	tick := time.NewTicker(p.c.RetryPeriod)
 	defer tick.Stop()
-	said := ""
-	say := func(msg string, kv ...any) {
-		if msg != said {
-			p.log.Info(msg, kv...)
-			said = msg
-		}
-	}
+	var said changeLog
+	say := func(msg string, kv ...any) { said.info(p.log, msg, kv...) }
 	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -106,9 +101,8 @@ func (p *peerNet) holdRounds(ctx context.Context, maxHold time.Duration, events 
 		}
 		last := p.lock.lastRenewal()
 		if time.Since(p.lock.lastOwnRenewal()) < p.c.holdAskAfter() {
-			if said != "" {
+			if said.reset() {
 				p.log.Info("renewing the Lease again")
-				said = ""
 			}
 			if n%pruneEvery == 0 {
 				p.prune(ctx)

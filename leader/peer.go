@@ -135,7 +135,33 @@ type peerNet struct {
 	holders map[string]string // while standby: holder identity -> Pod IP, as the API server said
 	labels  map[string]string // this launcher's own Pod's labels
 
-	lastAnswer holdVerdict // the last hold answer logged
+	answers changeLog // the hold answers given
+}
+
+// changeLog logs a message only when it is not the one it logged last, so a state that holds
+// for every retry is told once.
+type changeLog struct {
+	mu   sync.Mutex
+	last string
+}
+
+func (c *changeLog) info(log logr.Logger, msg string, kv ...any) {
+	c.mu.Lock()
+	same := msg == c.last
+	c.last = msg
+	c.mu.Unlock()
+	if !same {
+		log.Info(msg, kv...)
+	}
+}
+
+// reset makes the next message be logged whatever it is, and says whether one was logged since.
+func (c *changeLog) reset() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	had := c.last != ""
+	c.last = ""
+	return had
 }
 
 // startPeers listens on the peer address and serves the protocol until stop.
@@ -393,18 +419,11 @@ func (p *peerNet) hold(ctx context.Context, req holdRequest, ip string) holdAnsw
 
 // answered logs a hold answer when it differs from the last one given.
 func (p *peerNet) answered(v holdVerdict, msg string, t term, holder string) {
-	p.mu.Lock()
-	same := p.lastAnswer == v
-	p.lastAnswer = v
-	p.mu.Unlock()
-	if same {
-		return
-	}
 	if v == verdictLost {
-		p.log.Info("the holder asked to hold, but the Lease names another", "term", t.String(), "holder", holder)
+		p.answers.info(p.log, "the holder asked to hold, but the Lease names another", "term", t.String(), "holder", holder)
 		return
 	}
-	p.log.Info(msg, "term", t.String(), "for", p.c.LeaseDuration)
+	p.answers.info(p.log, msg, "term", t.String(), "for", p.c.LeaseDuration)
 }
 
 // renewFor renews the Lease on the holder's behalf when it still names term t: only the
@@ -447,47 +466,65 @@ func (p *peerNet) renewFor(ctx context.Context, t term) (holdVerdict, string, er
 // greet introduces this standby to the holder of every term it reads until that term
 // acknowledges it, and resolves the holder's Pod IP (hold requests must come from there).
 func (p *peerNet) greet(ctx context.Context) {
-	tick := time.NewTicker(p.c.RetryPeriod)
-	defer tick.Stop()
-	last := ""
-	report := func(msg string, kv ...any) {
-		if msg != last {
-			p.log.Info(msg, kv...)
-			last = msg
-		}
-	}
+	var said changeLog
+	report := func(msg string, kv ...any) { said.info(p.log, msg, kv...) }
+	// A holder that does not answer (an older launcher without the protocol, a Pod not yet
+	// addressed) is asked less and less often, down to maxGreetWait: each try reads its Pod.
+	wait := p.c.RetryPeriod
+	var tried term
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 		t, ok := p.lock.readTerm()
 		if !ok || t.Holder == "" || t.Holder == p.c.Identity || p.lock.isLeading() || p.lock.isAcked(t) {
+			timer.Reset(p.c.RetryPeriod)
 			continue
 		}
-		ip, _, err := p.podIP(ctx, t.Holder)
-		if err != nil {
-			report("cannot greet the holder: its Pod's address is unknown", "holder", t.Holder, "error", err.Error())
-			continue
+		if t != tried {
+			tried, wait = t, p.c.RetryPeriod
 		}
-		p.mu.Lock()
-		p.holders[t.Holder] = ip
-		p.mu.Unlock()
-		var ans helloAnswer
-		cctx, cancel := context.WithTimeout(ctx, podLookupTimeout+p.c.RetryPeriod)
-		err = p.call(cctx, ip, pathHello, helloRequest{Identity: p.c.Identity, Term: t}, &ans)
-		cancel()
-		switch {
-		case err != nil:
-			report("cannot greet the holder", "holder", t.Holder, "ip", ip, "error", err.Error())
-		case !ans.Acked:
-			report("the holder did not acknowledge this launcher", "holder", t.Holder, "reason", ans.Reason)
-		default:
-			p.lock.setAcked(t)
-			report("acknowledged by the holder as its peer", "term", t.String())
+		if p.greetOnce(ctx, t, report) {
+			wait = p.c.RetryPeriod
+		} else {
+			wait = min(2*wait, maxGreetWait)
 		}
+		timer.Reset(wait)
 	}
+}
+
+// maxGreetWait caps the wait between greetings of a holder that does not acknowledge.
+const maxGreetWait = 30 * time.Second
+
+// greetOnce greets the holder of term t once and reports whether it acknowledged this launcher.
+func (p *peerNet) greetOnce(ctx context.Context, t term, report func(string, ...any)) bool {
+	ip, _, err := p.podIP(ctx, t.Holder)
+	if err != nil {
+		report("cannot greet the holder: its Pod's address is unknown", "holder", t.Holder, "error", err.Error())
+		return false
+	}
+	p.mu.Lock()
+	p.holders[t.Holder] = ip
+	p.mu.Unlock()
+	var ans helloAnswer
+	cctx, cancel := context.WithTimeout(ctx, podLookupTimeout+p.c.RetryPeriod)
+	err = p.call(cctx, ip, pathHello, helloRequest{Identity: p.c.Identity, Term: t}, &ans)
+	cancel()
+	switch {
+	case err != nil:
+		report("cannot greet the holder", "holder", t.Holder, "ip", ip, "error", err.Error())
+	case !ans.Acked:
+		report("the holder did not acknowledge this launcher", "holder", t.Holder, "reason", ans.Reason)
+	default:
+		p.lock.setAcked(t)
+		report("acknowledged by the holder as its peer", "term", t.String())
+		return true
+	}
+	return false
 }
 
 // sayGoodbye tells the holder that acknowledged this standby that it no longer campaigns.

@@ -184,6 +184,15 @@ func (c Config) lead(ctx context.Context, log logr.Logger, lock *fencedLock, k *
 		<-labelDone
 	}
 
+	unserved := make(chan string, 1)
+	servedCtx, stopServed := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c.watchServed(servedCtx, time.Now(), unserved)
+	}()
+	defer func() { stopServed(); <-served }()
+
 	holds := make(chan holdOutcomeAt)
 	if peers != nil {
 		holdCtx, stopHolds := context.WithCancel(context.WithoutCancel(ctx))
@@ -247,15 +256,12 @@ func (c Config) lead(ctx context.Context, log logr.Logger, lock *fencedLock, k *
 			stopLabelling()
 			c.stepDown(log, lock, k)
 			return &MasterExitError{Code: code}
+		case reason := <-unserved:
+			log.Info("handing over: this master is not served", "reason", reason)
+			c.handOver(log, lock, m, stopLabelling, k, deadlineAt())
+			return fmt.Errorf("%w: %s", ErrSteppedDown, reason)
 		case <-ctx.Done():
-			// The grace ends early if renewals have been failing: the master must be gone
-			// before a standby may take over.
-			grace := min(c.StopGrace, max(0, time.Until(deadlineAt())))
-			log.Info("stopping the master", "pid", m.Pid(), "stopGrace", grace)
-			m.Stop(grace)
-			log.Info("master stopped", "pid", m.Pid(), "exitCode", m.ExitCode())
-			stopLabelling()
-			c.stepDown(log, lock, k)
+			c.handOver(log, lock, m, stopLabelling, k, deadlineAt())
 			if c.Linger > 0 {
 				log.Info("lingering so connections to this Pod are refused, not dropped, until a standby serves", "linger", c.Linger)
 				time.Sleep(c.Linger)
@@ -263,6 +269,18 @@ func (c Config) lead(ctx context.Context, log logr.Logger, lock *fencedLock, k *
 			return nil
 		}
 	}
+}
+
+// handOver ends a term gracefully: the master stopped (SIGTERM, SIGKILL after the stop grace),
+// then the label and the Lease (stepDown). The grace ends early when the term's deadline is
+// near: the master must be gone before a standby may take over.
+func (c Config) handOver(log logr.Logger, lock *fencedLock, m *child, stopLabelling func(), k *campaign, deadline time.Time) {
+	grace := min(c.StopGrace, max(0, time.Until(deadline)))
+	log.Info("stopping the master", "pid", m.Pid(), "stopGrace", grace)
+	m.Stop(grace)
+	log.Info("master stopped", "pid", m.Pid(), "exitCode", m.ExitCode())
+	stopLabelling()
+	c.stepDown(log, lock, k)
 }
 
 // neverDone is a term context that never ends: while a new elector campaigns for the same term,

@@ -46,7 +46,10 @@ by itself, the Lease is released and elect exits with the master's code (1 if it
 
 With --peer-port the backend's launchers also talk to each other: a leader whose renewals fail
 keeps its master while a standby renews the Lease on its behalf, or, when no launcher reaches the
-API server, while every standby it acknowledged promises not to take over (at most --max-hold).`,
+API server, while every standby it acknowledged promises not to take over (at most --max-hold).
+
+A leader whose Pod reads Ready=False for --unserved-grace, or is being deleted, hands over as on
+SIGTERM and exits 1: the leader Service does not route to its master.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return usageErrorf("elect needs the master command after --: kvcache elect --lease-name NAME -- mooncake_master -rpc_port=50051 ...")
@@ -109,6 +112,7 @@ API server, while every standby it acknowledged promises not to take over (at mo
 	f.IntVar(&c.PeerPort, "peer-port", 0, "port the backend's launchers talk to each other on, so that a leader whose renewals fail while the API server is away for everyone keeps its master; 0: none (the master is killed at --renew-deadline whatever the cause)")
 	f.StringVar(&c.PeerAddress, "peer-address", "", "address to listen on for peers and, when it names an IP, to call them from (default: every interface on --peer-port)")
 	f.DurationVar(&c.MaxHold, "max-hold", leader.DefaultMaxHold, "how long past its last renewal a leader keeps its master on its peers' promises alone; a peer the leader never acknowledged waits this much longer before taking over")
+	f.DurationVar(&c.UnservedGrace, "unserved-grace", leader.DefaultUnservedGrace, "how long the leading launcher's Pod may read Ready=False before it hands over (the leader Service does not route to its master); a Pod being deleted or gone hands over at once; 0: never")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs; in a Pod the service account is used")
 	// The same logging flags and JSON lines as the manager (--zap-log-level, --zap-encoder, ...).
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)

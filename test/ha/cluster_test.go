@@ -196,6 +196,19 @@ func createLeaderPod(t *testing.T, c client.Client, s renderedStore, name, ip st
 	require.NoError(t, c.Status().Update(t.Context(), pod))
 }
 
+// setPodReady sets the Pod's Ready condition as a kubelet reports it ("" removes it: nothing
+// reports on the Pod).
+func setPodReady(t *testing.T, c client.Client, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: systemNamespace, Name: name}, pod))
+	pod.Status.Conditions = nil
+	if status != "" {
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+	}
+	require.NoError(t, c.Status().Update(t.Context(), pod))
+}
+
 // launcherFlags are the rendered `kvcache elect` flags (between "elect" and "--"), without the
 // peer port, which the test gives a free one.
 func launcherFlags(t *testing.T, s renderedStore) []string {

@@ -37,6 +37,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -67,6 +68,8 @@ const (
 	// testMaxHold is the launchers' --max-hold here: shorter than the default, so the step that
 	// outlasts it is short too.
 	testMaxHold = 30 * time.Second
+	// testUnservedGrace is the launchers' --unserved-grace here (the default is 30 s).
+	testUnservedGrace = 6 * time.Second
 )
 
 var runs = flag.Int("ha.runs", 3, "how many graceful and how many crash failovers to measure")
@@ -184,7 +187,11 @@ func TestLeaseFailover(t *testing.T) {
 	lastKey = cl.failover("isolated", 0, lastKey)
 	lastKey = cl.failover("past-max-hold", 0, lastKey)
 
-	// ---- 8. Another holder takes the Lease: the leader kills its master at once and leaves
+	// ---- 8. The leader's Pod reads Ready=False (its node's kubelet or runtime is gone, so the
+	// leader Service no longer routes to it): it hands over as on SIGTERM. -------------------
+	lastKey = cl.failover("unserved", 0, lastKey)
+
+	// ---- 9. Another holder takes the Lease: the leader kills its master at once and leaves
 	// the Lease alone. -------------------------------------------------------------------------
 	cl.stolen(lastKey)
 
@@ -193,7 +200,7 @@ func TestLeaseFailover(t *testing.T) {
 	member.Stop()
 
 	t.Logf("failover timings over %d run(s) each, from the signal (min / median / max):", *runs)
-	for _, kind := range []string{"graceful", "crash", "master", "isolated", "past-max-hold"} {
+	for _, kind := range []string{"graceful", "crash", "master", "isolated", "past-max-hold", "unserved"} {
 		s := cl.samples[kind]
 		t.Logf("  %-9s master serving %s; member re-registered %s; client put succeeded %s",
 			kind, stats(s, func(x sample) time.Duration { return x.serving }),
@@ -223,7 +230,7 @@ func (cl *haCluster) start(p *leaderPod) {
 	}
 	args := append([]string{"elect", "--kubeconfig", p.kc}, cl.flags...)
 	args = append(args, "--peer-port="+strconv.Itoa(cl.peerPort), "--peer-address="+net.JoinHostPort(p.ip, strconv.Itoa(cl.peerPort)),
-		"--max-hold="+testMaxHold.String(), "--")
+		"--max-hold="+testMaxHold.String(), "--unserved-grace="+testUnservedGrace.String(), "--")
 	args = append(args, cl.argv(p.policy)...)
 	p.p = startProc(t, "kvcache elect ("+p.name+")", []string{
 		"POD_NAME=" + p.name, "POD_NAMESPACE=" + systemNamespace,
@@ -293,6 +300,19 @@ func (cl *haCluster) awaitLeader(d time.Duration, notName string) *leaderPod {
 	_, err = poll(10*time.Second, func() error { return cl.labels(lead, notName) })
 	require.NoError(t, err)
 	return lead
+}
+
+// steadyLeader waits for a leader that acknowledged every standby, and returns it, its master's
+// start and the Lease as it stands.
+func (cl *haCluster) steadyLeader() (*leaderPod, logEvent, *coordinationv1.Lease) {
+	t := cl.t
+	t.Helper()
+	old := cl.awaitLeader(30*time.Second, "")
+	cl.peersAcked(old)
+	oldMaster, _ := old.p.event("master started")
+	before, err := leaseOf(t.Context(), cl.c)
+	require.NoError(t, err)
+	return old, oldMaster, before
 }
 
 // peersAcked waits until lead acknowledged every running standby as its peer in its term, as
@@ -405,11 +425,7 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 	t := cl.t
 	t.Helper()
 	ctx := t.Context()
-	old := cl.awaitLeader(30*time.Second, "")
-	cl.peersAcked(old)
-	oldMaster, _ := old.p.event("master started")
-	before, err := leaseOf(ctx, cl.c)
-	require.NoError(t, err)
+	old, oldMaster, before := cl.steadyLeader()
 	transitions := ptr.Deref(before.Spec.LeaseTransitions, 0)
 
 	t0 := time.Now()
@@ -432,6 +448,8 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		for _, p := range cl.pods {
 			p.proxy.setCut(true)
 		}
+	case "unserved": // its Pod reads Ready=False, as a kubelet reports it (or the node controller for a lost node)
+		setPodReady(t, cl.c, old.name, corev1.ConditionFalse)
 	default:
 		t.Fatalf("failover kind %q", kind)
 	}
@@ -444,7 +462,7 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		budget = 45 * time.Second
 	}
 	// Until the old master is gone the shared ports are its; afterwards whatever answers is new.
-	_, err = poll(budget, func() error {
+	_, err := poll(budget, func() error {
 		if processAlive(oldMaster.PID) {
 			return fmt.Errorf("the old master %d still runs", oldMaster.PID)
 		}
@@ -511,6 +529,18 @@ func (cl *haCluster) failover(kind string, run int, prevKey string) string {
 		assert.Equal(t, []string{"master exited while leading", "released the Lease"}, msgs[len(msgs)-2:])
 		released, _ := old.p.event("released the Lease")
 		assert.False(t, newStart.at().Before(released.at()), "the new master starts after the release")
+	case "unserved":
+		assert.Equal(t, 1, old.p.Wait(t, 15*time.Second), "a launcher that handed over by itself exits 1")
+		msgs := old.p.messages()
+		require.GreaterOrEqual(t, len(msgs), 4)
+		assert.Equal(t, []string{"handing over: this master is not served", "stopping the master", "master stopped", "released the Lease"}, msgs[len(msgs)-4:])
+		handing, _ := old.p.event("handing over: this master is not served")
+		assert.Contains(t, handing.raw, "its Pod has read Ready=False for")
+		assert.InDelta(t, testUnservedGrace.Seconds(), handing.at().Sub(t0).Seconds(), 3, "it hands over once its Pod read not Ready for --unserved-grace")
+		released, _ := old.p.event("released the Lease")
+		assert.False(t, newStart.at().Before(released.at()), "the new master starts after the release")
+		t.Logf("unserved: %s handed over %s after its Pod read Ready=False", old.name, handing.at().Sub(t0).Round(time.Millisecond))
+		setPodReady(t, cl.c, old.name, "") // the restarted container reports nothing (no kubelet here)
 	case "isolated", "past-max-hold":
 		assert.Equal(t, 1, old.p.Wait(t, 20*time.Second), "a lost Lease exits 1")
 		lost, ok := old.p.event("lost the Lease: killing the master")
@@ -675,11 +705,7 @@ func (cl *haCluster) heldThrough(kind, prevKey string) string {
 	t := cl.t
 	t.Helper()
 	ctx := t.Context()
-	old := cl.awaitLeader(30*time.Second, "")
-	cl.peersAcked(old)
-	oldMaster, _ := old.p.event("master started")
-	before, err := leaseOf(ctx, cl.c)
-	require.NoError(t, err)
+	old, oldMaster, before := cl.steadyLeader()
 	cut := []*leaderPod{old}
 	if kind == "api-away" {
 		cut = slices.Clone(cl.pods)
