@@ -200,16 +200,36 @@ stop_pid() {
   fi
 }
 
+# daemon_of PID: the name whose recorded process (run/NAME.pid) is PID now, if any.
+daemon_of() {
+  local f p b
+  for f in "$STATE"/run/*.pid; do
+    [ -f "$f" ] || continue
+    read -r p b <"$f" 2>/dev/null || continue
+    if [ "$p" = "$1" ] && runs "$p" "$b"; then basename "$f" .pid; return 0; fi
+  done
+  return 1
+}
+
 # stop NAME [GRACE_SECONDS]: every process up started as NAME: the recorded one, and any other
-# run/started lists (a NAME started again while an earlier one still ran).
+# run/started lists (a NAME started again while an earlier one still ran). An old PID of NAME
+# that is now another daemon's is left alone: PIDs wrap (pid_max is 32768 here) and both
+# nodes' containerds run the same binary, so an hour of restarts can hand one node's old PID to
+# the other node's containerd.
 stop() {
-  local name=$1 grace=${2:-10} pid bin records
+  local name=$1 grace=${2:-10} pid bin records other current
+  read -r current _ <"$(pidfile "$name")" 2>/dev/null || current=""
   records=$({
     cat "$(pidfile "$name")" 2>/dev/null || true
     awk -v n="$name" '$1 == n {print $2, $3}' "$STATE/run/started" 2>/dev/null || true
   } | sort -u)
   while read -r pid bin; do
-    [ -z "$pid" ] || stop_pid "$name" "$pid" "$bin" "$grace"
+    [ -n "$pid" ] || continue
+    if [ "$pid" != "$current" ] && other=$(daemon_of "$pid") && [ "$other" != "$name" ]; then
+      log "not stopping pid $pid for $name: an earlier $name had it, and it is $other now"
+      continue
+    fi
+    stop_pid "$name" "$pid" "$bin" "$grace"
   done <<<"$records"
   rm -f "$(pidfile "$name")"
 }
@@ -886,13 +906,20 @@ stop_shims() {
   done
 }
 
-# Processes still in a node's cgroupRoot are that node's containers.
+# Processes still in a node's cgroupRoot are that node's containers; never one of the cluster's
+# own daemons (a node's containerd or kubelet is not in a node cgroup, and it must not be
+# killed should one ever be listed there: say so instead).
 kill_cgroup_procs() {
-  local root=$1 h pid
+  local root=$1 h pid other
   for h in $(cgroup_hierarchies); do
     [ -d "$h/$root" ] || continue
     while read -r pid; do
-      [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
+      [ -n "$pid" ] || continue
+      if other=$(daemon_of "$pid"); then
+        log "not killing $other (pid $pid), listed in $h/$root: it is a daemon of this cluster"
+        continue
+      fi
+      kill -KILL "$pid" 2>/dev/null || true
     done < <(find "$h/$root" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
 }
