@@ -30,6 +30,11 @@ type MasterOptions struct {
 	Tenants []string
 	// Args are added to the master's flags (e.g. -default_kv_lease_ttl=2000).
 	Args []string
+	// Quota is each tenant's quota in bytes (0: 1 GiB).
+	Quota int64
+	// Standby: the master may start as a standby (etcd HA), whose data routes do not answer;
+	// wait only for /health.
+	Standby bool
 }
 
 // Master is a running mooncake_master on loopback.
@@ -50,10 +55,14 @@ func StartMaster(t testing.TB, bin string, o MasterOptions) *Master {
 		"-allocation_strategy=free_ratio_first",
 	}
 	if len(o.Tenants) > 0 {
+		quota := o.Quota
+		if quota == 0 {
+			quota = 1 << 30
+		}
 		var policy strings.Builder
 		policy.WriteString("version: 1\ntenants:\n")
 		for _, id := range o.Tenants {
-			fmt.Fprintf(&policy, "  - name: %q\n    quota: 1073741824\n", id)
+			fmt.Fprintf(&policy, "  - name: %q\n    quota: %d\n", id, quota)
 		}
 		file := filepath.Join(t.TempDir(), "tenant-quota-policy.yaml")
 		require.NoError(t, os.WriteFile(file, []byte(policy.String()), 0o644))
@@ -65,7 +74,7 @@ func StartMaster(t testing.TB, bin string, o MasterOptions) *Master {
 		Admin: "http://127.0.0.1:" + strconv.Itoa(ports[1]),
 	}
 	Poll(t, 10*time.Second, "mooncake_master /health and /get_segments_detail", []*Proc{m.Proc}, func() error {
-		if _, err := httpGet(t.Context(), m.Admin+"/health"); err != nil {
+		if _, err := GetURL(t.Context(), m.Admin+"/health"); err != nil || o.Standby {
 			return err
 		}
 		_, err := segmentNames(t.Context(), m.Admin)
@@ -112,7 +121,7 @@ func StartMember(t testing.TB, bin string, m *Master, name, host string, segment
 }
 
 func segmentNames(ctx context.Context, admin string) (map[string]bool, error) {
-	body, err := httpGet(ctx, admin+"/get_segments_detail")
+	body, err := GetURL(ctx, admin+"/get_segments_detail")
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +140,8 @@ func segmentNames(ctx context.Context, admin string) (map[string]bool, error) {
 	return names, nil
 }
 
-func httpGet(ctx context.Context, url string) ([]byte, error) {
+// GetURL GETs url (2 s at most) and returns the body of a 200 answer (at most 4 MiB).
+func GetURL(ctx context.Context, url string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -177,6 +187,13 @@ type Client struct {
 // [Bin]) and waits for its setup.
 func StartClient(t testing.TB, bin string, m *Master, tenant string) *Client {
 	t.Helper()
+	return StartClientAt(t, bin, m.RPC, tenant, nil)
+}
+
+// StartClientAt is [StartClient] for any master address the client reads (host:port, or
+// etcd://... with MC_STORE_CLUSTER_ID in env), with env added to its environment.
+func StartClientAt(t testing.TB, bin, master, tenant string, env []string) *Client {
+	t.Helper()
 	script := filepath.Join(t.TempDir(), "store_client.py")
 	require.NoError(t, os.WriteFile(script, storeClientPy, 0o644))
 	inR, inW := io.Pipe()
@@ -184,7 +201,7 @@ func StartClient(t testing.TB, bin string, m *Master, tenant string) *Client {
 	c := &Client{stdin: inW, answers: make(chan []byte, 4)}
 	c.p = StartWith(t, "store_client.py", Options{
 		Grace:  5 * time.Second,
-		Env:    []string{"STORE_CLIENT_MASTER=" + m.RPC, "STORE_CLIENT_TENANT=" + tenant, "STORE_CLIENT_LOCAL_BUFFER=67108864", "PYTHONUNBUFFERED=1"},
+		Env:    append([]string{"STORE_CLIENT_MASTER=" + master, "STORE_CLIENT_TENANT=" + tenant, "STORE_CLIENT_LOCAL_BUFFER=67108864", "PYTHONUNBUFFERED=1"}, env...),
 		Stdin:  inR,
 		Stdout: outW,
 	}, filepath.Join(bin, "python"), script)
@@ -263,17 +280,10 @@ type Reads struct {
 // A read leases the object for the master's default_kv_lease_ttl.
 func (c *Client) Get(t testing.TB, keys []string, size int) Reads {
 	t.Helper()
-	var a struct {
-		Got map[string]struct {
-			Len    int    `json:"len"`
-			SHA256 string `json:"sha256"`
-		} `json:"got"`
-	}
-	require.NoError(t, c.call(map[string]any{"op": "get", "keys": keys}, &a, 5*time.Minute))
+	got := c.read(t, keys)
 	var r Reads
 	for _, k := range keys {
-		g, ok := a.Got[k]
-		require.True(t, ok, "the store client did not answer for %s", k)
+		g := got[k]
 		want := sha256.Sum256(Payload(k, size))
 		switch {
 		case g.Len == 0:
@@ -285,6 +295,59 @@ func (c *Client) Get(t testing.TB, keys []string, size int) Reads {
 		}
 	}
 	return r
+}
+
+// read is what reading each key returned: its length (0: a miss) and its SHA-256.
+type read struct {
+	Len    int    `json:"len"`
+	SHA256 string `json:"sha256"`
+}
+
+func (c *Client) read(t testing.TB, keys []string) map[string]read {
+	t.Helper()
+	var a struct {
+		Got map[string]read `json:"got"`
+	}
+	require.NoError(t, c.call(map[string]any{"op": "get", "keys": keys}, &a, 5*time.Minute))
+	for _, k := range keys {
+		_, ok := a.Got[k]
+		require.True(t, ok, "the store client did not answer for %s", k)
+	}
+	return a.Got
+}
+
+// Remove removes each key and returns each remove's code.
+func (c *Client) Remove(t testing.TB, keys []string) map[string]int {
+	t.Helper()
+	var a struct {
+		RC map[string]int `json:"rc"`
+	}
+	require.NoError(t, c.call(map[string]any{"op": "remove", "keys": keys}, &a, time.Minute))
+	return a.RC
+}
+
+// Whose reads every key back and says whose bytes came back: "" for a miss, the key itself for
+// its own Payload, another of candidates for that key's Payload (of the length read), "?" for
+// bytes that are no candidate's. A read leases the object, as Get does.
+func (c *Client) Whose(t testing.TB, keys, candidates []string) map[string]string {
+	t.Helper()
+	got := c.read(t, keys)
+	whose := map[string]string{}
+	for _, k := range keys {
+		g := got[k]
+		if g.Len == 0 {
+			whose[k] = ""
+			continue
+		}
+		whose[k] = "?"
+		for _, cand := range append([]string{k}, candidates...) {
+			if sum := sha256.Sum256(Payload(cand, g.Len)); hex.EncodeToString(sum[:]) == g.SHA256 {
+				whose[k] = cand
+				break
+			}
+		}
+	}
+	return whose
 }
 
 // Keys are prefix-0 .. prefix-(n-1).

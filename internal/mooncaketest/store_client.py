@@ -7,6 +7,7 @@ its own.
 Each request is one JSON line; each answer one JSON line on stdout:
   {"op": "put", "keys": [...], "size": N}  -> {"op": "put", "rc": {KEY: <put's return>, ...}}
   {"op": "get", "keys": [...]}             -> {"op": "get", "got": {KEY: {"len": N, "sha256": HEX}}}
+  {"op": "remove", "keys": [...]}          -> {"op": "remove", "rc": {KEY: <remove's return>, ...}}
 A put stores payload(KEY, N); a get only reports what came back (a miss is len 0), so the test
 judges the bytes with its own copy of payload. A put grants no lease; a get leases the object for
 the master's default_kv_lease_ttl. The first line is {"op": "setup", "rc": <setup's return>}.
@@ -48,6 +49,8 @@ for line in sys.stdin:
             v = store.get(k)
             got[k] = {"len": len(v), "sha256": hashlib.sha256(v).hexdigest()}
         answer(op="get", got=got)
+    elif req["op"] == "remove":
+        answer(op="remove", rc={k: store.remove(k) for k in req["keys"]})
     else:
         answer(op=req["op"], error="unknown op")
 store.close()

@@ -30,7 +30,7 @@ const (
 	reasonDerivedAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
 	reasonDerivedTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
 	reasonSnapshot        = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
-	reasonOplog           = "high availability runs through the Kubernetes Lease election; the store's oplog/etcd HA mode is not offered"
+	reasonOplog           = "the store's etcd HA mode with its operation log is not offered: measured on the stock master, after a failover it returns another key's bytes for a key put again while its removal was still being logged, and it never logs a tenant's quota evictions, so the standby restores nothing; high availability is the operator's Lease election (leader.replicas)"
 	reasonConfigPath      = "a config file would override the flags the operator renders; use extraArgs flags that are allowed"
 	reasonAllocator       = "member memory is allocated by the store's default allocator; this operator does not offer another"
 	reasonCXL             = "CXL memory is not a medium this operator provisions; use members[].medium"

@@ -33,7 +33,7 @@ const (
 	wantReasonAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
 	wantReasonTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
 	wantReasonSnapshot = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
-	wantReasonOplog    = "high availability runs through the Kubernetes Lease election; the store's oplog/etcd HA mode is not offered"
+	wantReasonOplog    = "the store's etcd HA mode with its operation log is not offered: measured on the stock master, after a failover it returns another key's bytes for a key put again while its removal was still being logged, and it never logs a tenant's quota evictions, so the standby restores nothing; high availability is the operator's Lease election (leader.replicas)"
 	wantReasonConfig   = "a config file would override the flags the operator renders; use extraArgs flags that are allowed"
 	wantReasonAllocMem = "member memory is allocated by the store's default allocator; this operator does not offer another"
 	wantReasonCXL      = "CXL memory is not a medium this operator provisions; use members[].medium"
