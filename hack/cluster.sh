@@ -173,7 +173,7 @@ start() {
 how_ended() {
   local pid bin st=0
   ENDED=""
-  read -r pid bin <"$(pidfile "$1")" 2>/dev/null || return 0
+  read -r pid bin 2>/dev/null <"$(pidfile "$1")" || return 0
   [ -n "$pid" ] || return 0
   # Never block on a process that still runs (a zombie has ended).
   if [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then return 0; fi
@@ -205,7 +205,7 @@ daemon_of() {
   local f p b
   for f in "$STATE"/run/*.pid; do
     [ -f "$f" ] || continue
-    read -r p b <"$f" 2>/dev/null || continue
+    read -r p b 2>/dev/null <"$f" || continue
     if [ "$p" = "$1" ] && runs "$p" "$b"; then basename "$f" .pid; return 0; fi
   done
   return 1
@@ -218,7 +218,7 @@ daemon_of() {
 # the other node's containerd.
 stop() {
   local name=$1 grace=${2:-10} pid bin records other current
-  read -r current _ <"$(pidfile "$name")" 2>/dev/null || current=""
+  read -r current _ 2>/dev/null <"$(pidfile "$name")" || current=""
   records=$({
     cat "$(pidfile "$name")" 2>/dev/null || true
     awk -v n="$name" '$1 == n {print $2, $3}' "$STATE/run/started" 2>/dev/null || true
