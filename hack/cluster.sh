@@ -843,7 +843,7 @@ cmd_up() {
   start_coredns
   start_proxy
   start_netpol
-  for i in $(seq 0 $((NODES - 1))); do start_kubelet "$i"; done
+  for i in $(seq 0 $((NODES - 1))); do wait_cri "$i"; start_kubelet "$i"; done
   local names=()
   for i in $(seq 0 $((NODES - 1))); do names+=("node/$(node_name "$i")"); done
   wait_for "nodes to register" 60 kubelet-0 kubectl_admin get "${names[@]}"
@@ -1127,7 +1127,8 @@ cmd_restart() {
       stop "$name" 10
       keep_log "$name"
       start_node "$i"
-      wait_for "$name" 30 "$name" containerd_answers "$i" ;;
+      wait_for "$name" 30 "$name" containerd_answers "$i"
+      wait_cri "$i" ;;
     kubelet-[0-9])
       i=${name#kubelet-}; node_index "$i"
       stop "$name" 10
@@ -1155,6 +1156,20 @@ cmd_node_off() {
 # file behind, so the file alone says nothing: a kubelet started on it exits at once).
 containerd_answers() { ctr --address "$(ctr_sock "$1")" --timeout 2s version; }
 
+# cri_serves I: node I's containerd also serves the CRI, which answers "server is not initialized
+# yet" for a while after its own API does (longer after a power loss, while it recovers the
+# sandboxes whose shims died). A kubelet started in that window exits at once: seen in the hour
+# soak after a node-off, the node stayed NotReady until the end.
+cri_serves() { "$(tool crictl)" --runtime-endpoint "unix://$(ctr_sock "$1")" --timeout 2s version; }
+
+# wait_cri I: wait until node I's CRI serves, and say how long it took past containerd's own API.
+wait_cri() {
+  local t0
+  t0=$(now)
+  wait_for "containerd-$1's CRI" 60 "containerd-$1" cri_serves "$1"
+  log "containerd-$1 serves the CRI (waited $(since "$t0")s past its own API)"
+}
+
 cmd_node_on() {
   local i=${1:-} t0
   t0=$(now)
@@ -1163,6 +1178,7 @@ cmd_node_on() {
   keep_log "kubelet-$i"
   start_node "$i"
   wait_for "containerd-$i" 30 "containerd-$i" containerd_answers "$i"
+  wait_cri "$i"
   start_kubelet "$i"
   wait_for "node $(node_name "$i") Ready" 90 "kubelet-$i" kubectl_admin wait --for=condition=Ready "node/$(node_name "$i")" --timeout=2s
   log "$(node_name "$i") on and Ready in $(since "$t0")s"
