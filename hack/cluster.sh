@@ -31,6 +31,8 @@
 #   hack/cluster.sh env         print `export KUBECONFIG=...` for eval
 #   hack/cluster.sh sockets     print each node's containerd socket (for ctr / hack/images.sh)
 #   hack/cluster.sh purge       down, then delete the state directory (images included)
+#   hack/cluster.sh prereqs     install what `up` needs and changes nothing else (Debian packages,
+#                               the cluster's tools): a test pictures the host after it
 #   hack/cluster.sh footprint   print what `up` may change on the host, for a test to compare
 #   hack/cluster.sh restart NAME  stop one process `up` runs (kube-apiserver, containerd-<i>,
 #                               kubelet-<i>) with its usual grace, start it again, and return once
@@ -1193,6 +1195,7 @@ case "${1:-}" in
   sockets) for i in $(known_nodes); do ctr_sock "$i"; done ;;
   purge) if [ -d "$STATE" ]; then lock; fi; cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
   footprint) cmd_footprint ;;
+  prereqs) check_root_early; ensure_packages; check_host; "$HERE/tools.sh" cluster ;;
   restart) check_root_early; lock; cmd_restart "${2:-}" ;;
   node-off) check_root_early; lock; cmd_node_off "${2:-}" ;;
   node-on) check_root_early; lock; cmd_node_on "${2:-}" ;;

@@ -61,6 +61,11 @@ func run(m *testing.M) int {
 	started := false
 	var host hostPicture
 	if _, err := script("hack/cluster.sh", "status"); err != nil {
+		// Packages installed by the first up on a fresh machine would read as the cluster's
+		// changes: the picture is of the host as the cluster's prerequisites leave it.
+		if out, err := script("hack/cluster.sh", "prereqs"); err != nil {
+			return failf("hack/cluster.sh prereqs failed (%v); this machine cannot run the cluster:\n%s", err, out)
+		}
 		picture, err := takeHostPicture()
 		if err != nil {
 			return failf("%v", err)
