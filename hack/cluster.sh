@@ -118,10 +118,15 @@ cgroup_hierarchies() {
 
 pidfile() { echo "$STATE/run/$1.pid"; }
 
-# runs PID BINARY: PID runs BINARY (a recycled PID is not ours; a zombie has no exe).
+# runs PID BINARY: PID is a process running BINARY (a recycled PID is not ours; a zombie has no
+# exe). /proc/N exists for a thread N of any process too, and kill(2) on a thread ID signals its
+# whole process: an old PID of one node's kubelet that is now a thread of the other's read as
+# still running, and node-off SIGTERMed and SIGKILLed the other node's kubelet (hour soak, twice).
 runs() {
-  local exe
+  local exe tgid
   [ -n "$1" ] && [ -d "/proc/$1" ] || return 1
+  tgid=$(awk '$1 == "Tgid:" {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
+  [ "$tgid" = "$1" ] || return 1
   exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
   [ "${exe% (deleted)}" = "$2" ]
 }
