@@ -123,9 +123,10 @@ pidfile() { echo "$STATE/run/$1.pid"; }
 # whole process: an old PID of one node's kubelet that is now a thread of the other's read as
 # still running, and node-off SIGTERMed and SIGKILLed the other node's kubelet (hour soak, twice).
 runs() {
-  local exe tgid
+  local exe key tgid
   [ -n "$1" ] && [ -d "/proc/$1" ] || return 1
-  tgid=$(awk '$1 == "Tgid:" {print $2}' "/proc/$1/status" 2>/dev/null) || return 1
+  # Read with builtins: every wait_for poll calls this.
+  while read -r key tgid _; do [ "$key" != Tgid: ] || break; done 2>/dev/null <"/proc/$1/status" || return 1
   [ "$tgid" = "$1" ] || return 1
   exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
   [ "${exe% (deleted)}" = "$2" ]
@@ -276,6 +277,14 @@ wait_for() {
 # Debian's containerd ships only a systemd unit, so installing it starts no daemon where systemd
 # does not run.
 ensure_packages() { ensure_debs "${PACKAGES[@]}"; }
+
+# cmd_prereqs: what up needs before it changes the host (up runs it; a test runs it alone to
+# picture the host as up will find it).
+cmd_prereqs() {
+  ensure_packages
+  check_host
+  "$HERE/tools.sh" cluster
+}
 
 check_host() {
   [ "$(id -u)" -eq 0 ] || die "must run as root (bridges, iptables, cgroups and mounts)"
@@ -818,9 +827,7 @@ cmd_up() {
     log "a previous cluster is partly up ($c of $t processes): taking it down first"
     cmd_down
   fi
-  ensure_packages
-  check_host
-  "$HERE/tools.sh" cluster
+  cmd_prereqs
   local i
   mkdir -p "$STATE/run" "$STATE/logs" "$STATE/host"
   # From here on a failure takes down whatever was started (logs stay for the post-mortem).
@@ -1200,7 +1207,7 @@ case "${1:-}" in
   sockets) for i in $(known_nodes); do ctr_sock "$i"; done ;;
   purge) if [ -d "$STATE" ]; then lock; fi; cmd_down; rm -rf "$STATE"; log "removed $STATE" ;;
   footprint) cmd_footprint ;;
-  prereqs) check_root_early; ensure_packages; check_host; "$HERE/tools.sh" cluster ;;
+  prereqs) check_root_early; cmd_prereqs ;;
   restart) check_root_early; lock; cmd_restart "${2:-}" ;;
   node-off) check_root_early; lock; cmd_node_off "${2:-}" ;;
   node-on) check_root_early; lock; cmd_node_on "${2:-}" ;;
