@@ -1158,7 +1158,7 @@ func (w *walk) installWithoutWait(t *testing.T) {
 
 // cleanup leaves the cluster as the run found it, whatever step failed: the walkthrough's
 // objects deleted while the operator still runs, then the release, then the namespaces the
-// run created.
+// run created and the release's, waited for until gone.
 func (w *walk) cleanup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -1178,4 +1178,5 @@ func (w *walk) cleanup(t *testing.T) {
 		_ = env.client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	}
 	_ = env.client.CoreV1().Namespaces().Delete(ctx, releaseNS, metav1.DeleteOptions{})
+	waitNamespacesGone(t, append(slices.Clone(w.created), releaseNS))
 }
