@@ -12,9 +12,10 @@
 #     etcd/ coredns/       etcd's data (wiped by down) and the Corefile
 #     node-<i>/            one node: containerd root (images, kept) and state, kubelet root-dir,
 #                          CNI config and IPAM, pod logs, kubelet config
-#     run/<name>.pid       "PID BINARY" of the process `up` runs as <name>
-#     run/started          "NAME PID BINARY" of every process `up` ever started (a daemon started
-#                          twice leaves both); `down` stops every one of them, and only those
+#     run/<name>.pid       "PID START BINARY" of the process `up` runs as <name> (START: its start
+#                          time in clock ticks after boot, so a reused PID is never taken for it)
+#     run/started          "NAME PID START BINARY" of every process `up` ever started (a daemon
+#                          started twice leaves both); `down` stops every one of them, and only those
 #     host/                what `up` found on the host before changing it; `down` restores it
 #     logs/<name>.log      each process's output (kept after down, for post-mortems)
 #
@@ -113,32 +114,52 @@ cgroup_hierarchies() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Processes: each recorded as "PID BINARY" in run/<name>.pid, and as "NAME PID BINARY" in
-# run/started (every start, never overwritten), and stopped only through those records.
+# Processes: each recorded as "PID START BINARY" in run/<name>.pid, and as "NAME PID START BINARY"
+# in run/started (every start, never overwritten), and stopped only through those records.
 
 pidfile() { echo "$STATE/run/$1.pid"; }
 
-# runs PID BINARY: PID is a process running BINARY (a recycled PID is not ours; a zombie has no
-# exe). /proc/N exists for a thread N of any process too, and kill(2) on a thread ID signals its
-# whole process: an old PID of one node's kubelet that is now a thread of the other's read as
-# still running, and node-off SIGTERMed and SIGKILLed the other node's kubelet (hour soak, twice).
-runs() {
+# proc_start PID: sets START to PID's start time (clock ticks after boot, field 22 of its stat),
+# which a PID handed to a new process never keeps. Builtins only: every wait_for poll reads it.
+proc_start() {
+  local line f
+  START=""
+  read -r line 2>/dev/null <"/proc/$1/stat" || return 1
+  # The name in parentheses may hold spaces: count fields after the last ')' (field 3 first).
+  read -ra f <<<"${line##*) }"
+  START=${f[19]:-}
+  [ -n "$START" ]
+}
+
+# execs PID BINARY: PID is a process (not a thread of one) running BINARY now. /proc/N exists for
+# a thread N of any process too, while kill(2) on a thread ID signals its whole process: an old
+# PID of one node's kubelet that was now a thread of the other's read as still running, and
+# node-off SIGTERMed and SIGKILLed the other node's kubelet (hour soak, twice). A zombie has no
+# exe: ended, for our purposes.
+execs() {
   local exe key tgid
   [ -n "$1" ] && [ -d "/proc/$1" ] || return 1
-  # Read with builtins: every wait_for poll calls this.
   while read -r key tgid _; do [ "$key" != Tgid: ] || break; done 2>/dev/null <"/proc/$1/status" || return 1
   [ "$tgid" = "$1" ] || return 1
   exe=$(readlink "/proc/$1/exe" 2>/dev/null) || return 1
   [ "${exe% (deleted)}" = "$2" ]
 }
 
+# runs PID START BINARY: PID is still the process recorded as started at START, running BINARY.
+# PIDs wrap (pid_max is 32768 here) and both nodes' containerds and kubelets run the same
+# binaries, so over an hour of restarts one node's old PID can become the other node's daemon:
+# only the start time tells them apart.
+runs() {
+  [ -n "$1" ] && proc_start "$1" && [ "$START" = "$2" ] && execs "$1" "$3"
+}
+
 # alive NAME: the recorded PID runs the recorded binary.
 alive() {
-  local f pid bin
+  local f pid start bin
   f=$(pidfile "$1")
   [ -f "$f" ] || return 1
-  read -r pid bin <"$f" || return 1
-  runs "$pid" "$bin"
+  read -r pid start bin <"$f" || return 1
+  runs "$pid" "$start" "$bin"
 }
 
 # until_exec PID BINARY: wait until the child PID has exec'd BINARY, or is gone. Until then its
@@ -170,8 +191,11 @@ start() {
   # fd 8 is the up/down lock: a daemon holding it would block every later down.
   setsid "$bin" "$@" </dev/null >"$STATE/logs/$name.log" 2>&1 8>&- &
   pid=$!
-  echo "$name $pid $bin" >>"$STATE/run/started"
-  echo "$pid $bin" >"$(pidfile "$name")"
+  # The start time is the fork's, kept through exec; an exited child stays a zombie until this
+  # shell waits for it, so its stat is there to read.
+  proc_start "$pid" || START=0
+  echo "$name $pid $START $bin" >>"$STATE/run/started"
+  echo "$pid $START $bin" >"$(pidfile "$name")"
   until_exec "$pid" "$bin"
 }
 
@@ -179,9 +203,9 @@ start() {
 # it is gone. Not in a command substitution: only this shell, its parent, can wait for it (127 is
 # bash's "not my child", e.g. a process an earlier `up` started).
 how_ended() {
-  local pid bin st=0
+  local pid st=0
   ENDED=""
-  read -r pid bin 2>/dev/null <"$(pidfile "$1")" || return 0
+  read -r pid _ 2>/dev/null <"$(pidfile "$1")" || return 0
   [ -n "$pid" ] || return 0
   # Never block on a process that still runs (a zombie has ended).
   if [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then return 0; fi
@@ -192,53 +216,32 @@ how_ended() {
   fi
 }
 
-# stop_pid NAME PID BINARY GRACE: SIGTERM, then SIGKILL after the grace period.
+# stop_pid NAME PID START BINARY GRACE: SIGTERM, then SIGKILL after the grace period, to the
+# process recorded as PID START BINARY, only while it is that process.
 stop_pid() {
-  local name=$1 pid=$2 bin=$3 grace=$4 i
-  runs "$pid" "$bin" || return 0
+  local name=$1 pid=$2 start=$3 bin=$4 grace=$5 i
+  runs "$pid" "$start" "$bin" || return 0
   kill -TERM "$pid" 2>/dev/null || true
-  # A zombie has no exe: gone for our purposes (its parent reaps it).
   for ((i = 0; i < grace * 10; i++)); do
-    runs "$pid" "$bin" || break
+    runs "$pid" "$start" "$bin" || break
     sleep 0.1
   done
-  if runs "$pid" "$bin"; then
+  if runs "$pid" "$start" "$bin"; then
     [ "$grace" -eq 0 ] || log "$name (pid $pid) ignored SIGTERM for ${grace}s: SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
   fi
 }
 
-# daemon_of PID: the name whose recorded process (run/NAME.pid) is PID now, if any.
-daemon_of() {
-  local f p b
-  for f in "$STATE"/run/*.pid; do
-    [ -f "$f" ] || continue
-    read -r p b 2>/dev/null <"$f" || continue
-    if [ "$p" = "$1" ] && runs "$p" "$b"; then basename "$f" .pid; return 0; fi
-  done
-  return 1
-}
-
 # stop NAME [GRACE_SECONDS]: every process up started as NAME: the recorded one, and any other
-# run/started lists (a NAME started again while an earlier one still ran). An old PID of NAME
-# that is now another daemon's is left alone: PIDs wrap (pid_max is 32768 here) and both
-# nodes' containerds run the same binary, so an hour of restarts can hand one node's old PID to
-# the other node's containerd.
+# run/started lists (a NAME started again while an earlier one still ran).
 stop() {
-  local name=$1 grace=${2:-10} pid bin records other current
-  read -r current _ 2>/dev/null <"$(pidfile "$name")" || current=""
-  records=$({
+  local name=$1 grace=${2:-10} pid start bin
+  while read -r pid start bin; do
+    [ -z "$pid" ] || stop_pid "$name" "$pid" "$start" "$bin" "$grace"
+  done < <({
     cat "$(pidfile "$name")" 2>/dev/null || true
-    awk -v n="$name" '$1 == n {print $2, $3}' "$STATE/run/started" 2>/dev/null || true
+    awk -v n="$name" '$1 == n {sub(/^[^ ]+ /, ""); print}' "$STATE/run/started" 2>/dev/null || true
   } | sort -u)
-  while read -r pid bin; do
-    [ -n "$pid" ] || continue
-    if [ "$pid" != "$current" ] && other=$(daemon_of "$pid") && [ "$other" != "$name" ]; then
-      log "not stopping pid $pid for $name: an earlier $name had it, and it is $other now"
-      continue
-    fi
-    stop_pid "$name" "$pid" "$bin" "$grace"
-  done <<<"$records"
   rm -f "$(pidfile "$name")"
 }
 
@@ -556,7 +559,7 @@ EOF
 holders() {
   local p
   for p in $(grep -lszxF -- "$2" /proc/[0-9]*/cmdline | cut -d/ -f3 || true); do
-    ! runs "$p" "$1" || echo "$p"
+    ! execs "$p" "$1" || echo "$p"
   done
 }
 
@@ -920,6 +923,17 @@ stop_shims() {
   done
 }
 
+# daemon_of PID: the name whose recorded process (run/NAME.pid) is PID now, if any.
+daemon_of() {
+  local f p st b
+  for f in "$STATE"/run/*.pid; do
+    [ -f "$f" ] || continue
+    read -r p st b 2>/dev/null <"$f" || continue
+    if [ "$p" = "$1" ] && runs "$p" "$st" "$b"; then basename "$f" .pid; return 0; fi
+  done
+  return 1
+}
+
 # Processes still in a node's cgroupRoot are that node's containers; never one of the cluster's
 # own daemons (a node's containerd or kubelet is not in a node cgroup, and it must not be
 # killed should one ever be listed there: say so instead).
@@ -1046,9 +1060,9 @@ cmd_down() {
   stop kube-apiserver 15
   stop etcd 10
   # Whatever else run/started lists (a name this down does not know) goes too.
-  local name pid bin
-  while read -r name pid bin; do
-    [ -z "$pid" ] || stop_pid "$name" "$pid" "$bin" 5
+  local name pid start bin
+  while read -r name pid start bin; do
+    [ -z "$pid" ] || stop_pid "$name" "$pid" "$start" "$bin" 5
   done < <(cat "$STATE/run/started" 2>/dev/null || true)
   for i in $(known_nodes); do kill_cgroup_procs "kvcache-node-$i"; done
   unmount_state
@@ -1102,7 +1116,7 @@ cmd_status() {
   fi
   for n in $(all_names); do
     if alive "$n"; then
-      read -r pid bin <"$(pidfile "$n")"
+      read -r pid _ <"$(pidfile "$n")"
       printf '%-24s running  pid %s\n' "$n" "$pid"
     else
       printf '%-24s stopped\n' "$n"
@@ -1197,6 +1211,9 @@ cmd_node_on() {
   wait_for "node $(node_name "$i") Ready" 90 "kubelet-$i" kubectl_admin wait --for=condition=Ready "node/$(node_name "$i")" --timeout=2s
   log "$(node_name "$i") on and Ready in $(since "$t0")s"
 }
+
+# Sourced, it defines its functions and runs nothing (test/harness drives the process records).
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
 
 case "${1:-}" in
   up) check_root_early; lock; cmd_up ;;
