@@ -44,18 +44,26 @@ func script(t *testing.T, dir string, args ...string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	path := filepath.Join(filepath.Dir(file), "..", "..", "hack", "cluster.sh")
 	cmd := exec.Command("bash", append([]string{"-c", `source "$CLUSTER_SH"; "$@"`, "harness"}, args...)...)
-	cmd.Env = append(os.Environ(), "CLUSTER_SH="+path, "KVCACHE_CLUSTER_DIR="+dir)
+	// What the script starts is this binary as a helper, never its tests again.
+	cmd.Env = append(os.Environ(), "CLUSTER_SH="+path, "KVCACHE_CLUSTER_DIR="+dir, helperEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
 
-// helper starts the test binary as a helper process and returns it; it is killed at cleanup.
-func helper(t *testing.T) (*exec.Cmd, string) {
+// self is this test binary's path, as the script records it (symlinks resolved).
+func self(t *testing.T) string {
 	t.Helper()
 	bin, err := os.Executable()
 	require.NoError(t, err)
 	bin, err = filepath.EvalSymlinks(bin)
 	require.NoError(t, err)
+	return bin
+}
+
+// helper starts the test binary as a helper process and returns it; it is killed at cleanup.
+func helper(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	bin := self(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	require.NoError(t, cmd.Start())
@@ -126,7 +134,7 @@ func stopEnds(t *testing.T, dir, name string, cmd *exec.Cmd) bool {
 
 func TestStartRecordsThePIDAndItsStartTime(t *testing.T) {
 	dir := t.TempDir()
-	_, bin := helper(t) // only for its path: a binary that runs until killed
+	bin := self(t)
 	out, err := script(t, dir, "start", "demo", bin)
 	require.NoError(t, err, out)
 	raw, err := os.ReadFile(filepath.Join(dir, "run", "demo.pid"))
