@@ -923,31 +923,14 @@ stop_shims() {
   done
 }
 
-# daemon_of PID: the name whose recorded process (run/NAME.pid) is PID now, if any.
-daemon_of() {
-  local f p st b
-  for f in "$STATE"/run/*.pid; do
-    [ -f "$f" ] || continue
-    read -r p st b 2>/dev/null <"$f" || continue
-    if [ "$p" = "$1" ] && runs "$p" "$st" "$b"; then basename "$f" .pid; return 0; fi
-  done
-  return 1
-}
-
-# Processes still in a node's cgroupRoot are that node's containers; never one of the cluster's
-# own daemons (a node's containerd or kubelet is not in a node cgroup, and it must not be
-# killed should one ever be listed there: say so instead).
+# Processes still in a node's cgroupRoot are that node's containers: the kubelet puts only Pods
+# there (cgroupRoot), never itself or containerd.
 kill_cgroup_procs() {
-  local root=$1 h pid other
+  local root=$1 h pid
   for h in $(cgroup_hierarchies); do
     [ -d "$h/$root" ] || continue
     while read -r pid; do
-      [ -n "$pid" ] || continue
-      if other=$(daemon_of "$pid"); then
-        log "not killing $other (pid $pid), listed in $h/$root: it is a daemon of this cluster"
-        continue
-      fi
-      kill -KILL "$pid" 2>/dev/null || true
+      [ -z "$pid" ] || kill -KILL "$pid" 2>/dev/null || true
     done < <(find "$h/$root" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
 }

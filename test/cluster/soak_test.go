@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -196,24 +195,6 @@ func (s *soak) close() {
 			return
 		}
 		time.Sleep(time.Second)
-	}
-}
-
-// waitNamespacesGone waits for deleted namespaces to be gone, so that the suite's next test
-// starts clean: a helm install into a namespace still terminating is refused.
-func waitNamespacesGone(t *testing.T, names []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	for _, ns := range names {
-		for ctx.Err() == nil {
-			if _, err := env.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				break
-			}
-			time.Sleep(time.Second)
-		}
-	}
-	if ctx.Err() != nil {
-		t.Errorf("namespaces not gone 5 minutes after the cleanup deleted them: %s", whatHoldsNamespaces(names))
 	}
 }
 

@@ -1180,3 +1180,21 @@ func (w *walk) cleanup(t *testing.T) {
 	_ = env.client.CoreV1().Namespaces().Delete(ctx, releaseNS, metav1.DeleteOptions{})
 	waitNamespacesGone(t, append(slices.Clone(w.created), releaseNS))
 }
+
+// waitNamespacesGone waits for deleted namespaces to be gone, so that the suite's next test
+// starts clean: a helm install into a namespace still terminating is refused.
+func waitNamespacesGone(t *testing.T, names []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, ns := range names {
+		for ctx.Err() == nil {
+			if _, err := env.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Errorf("namespaces not gone 5 minutes after the cleanup deleted them: %s", whatHoldsNamespaces(names))
+	}
+}

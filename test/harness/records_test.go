@@ -86,23 +86,28 @@ func threads(pid int) []int {
 	return tids
 }
 
+// stat is /proc/ID/stat's fields from field 3 on (the name in parentheses may hold spaces).
+func stat(id int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:]), nil
+}
+
 // startTime is field 22 of /proc/ID/stat: clock ticks after boot, the fork's (or thread's) own.
 func startTime(t *testing.T, id int) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
+	fields, err := stat(id)
 	require.NoError(t, err)
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return fields[19]
 }
 
+// running: the process exists and is not a zombie.
 func running(pid int) bool {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(st)
-	return !strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "Z")
+	fields, err := stat(pid)
+	return err == nil && fields[0] != "Z"
 }
 
 // record writes NAME's records the way start does: run/NAME.pid and a line of run/started.
