@@ -28,8 +28,8 @@ import (
 // SGLang stand-ins created and deleted in several namespaces, each writing and reading back
 // under its tenant; unlabelled Pods at a higher rate; the ModelDeployment scaled up and down;
 // Bindings created and deleted; creates that must be refused. The faults: each kind once in
-// turn, then in overlapping pairs while time remains; a run of 40 minutes or more ends with a
-// quarter of its time under load alone, long enough for a manager to live and its growth to be
+// turn, then in overlapping pairs while time remains; a run of 40 minutes or more ends with
+// 15 minutes under load alone, long enough for a manager to live and its growth to be
 // judged (the faults replace the managers every few minutes). Every invariant is checked as the
 // run goes and at its end; any breach fails the test, naming it. The report (a table per fault
 // kind) is written to SOAK_OUT (a new directory under the system's temporary one unless set).
@@ -58,10 +58,12 @@ type soakConfig struct {
 	out      string
 }
 
-// steadyFrom is the shortest run that ends with a steady stretch: a quarter of 40 minutes is
-// the 3 minutes growth skips (caches fill, workers start) plus the 12 judged, with a margin
-// for the last fault's settling.
-const steadyFrom = 40 * time.Minute
+// A run of steadyFrom or more ends with steadyStretch of load alone: the life a manager needs to
+// be judged (judgedLife) with a margin, so the replica born in the last fault reaches it.
+const (
+	steadyFrom    = 40 * time.Minute
+	steadyStretch = judgedLife + 3*time.Minute
+)
 
 func soakSettings(t *testing.T) soakConfig {
 	t.Helper()
@@ -73,7 +75,7 @@ func soakSettings(t *testing.T) soakConfig {
 		cfg.duration = d
 	}
 	if cfg.duration >= steadyFrom {
-		cfg.steady = cfg.duration / 4
+		cfg.steady = steadyStretch
 	}
 	if cfg.out == "" {
 		cfg.out = filepath.Join(os.TempDir(), "kvcache-soak-"+time.Now().UTC().Format("20060102T150405Z"))

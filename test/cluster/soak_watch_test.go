@@ -362,7 +362,7 @@ func (s *soak) growth() string {
 	for _, k := range keys {
 		xs := s.samples[k]
 		first, last := xs[0], xs[len(xs)-1]
-		rss, gor := "not judged (lived under 12m)", "not judged"
+		rss, gor := fmt.Sprintf("not judged (lived under %s)", judgedLife), "not judged"
 		if steady := steadyPart(xs); steady != nil {
 			rss = fmt.Sprintf("%+.1f MiB", slope(steady, func(p procSample) float64 { return p.rss })/(1<<20))
 			gor = fmt.Sprintf("%+.1f", slope(steady, func(p procSample) float64 { return p.goroutines }))
@@ -373,15 +373,21 @@ func (s *soak) growth() string {
 	return b.String()
 }
 
-// steadyPart is a manager run's samples after its first 3 minutes (caches fill, workers
-// start), when it lived 12 minutes or more; nil otherwise.
+// A manager's growth is judged when it lived judgedLife, over its samples after warmUp (caches
+// fill, workers start).
+const (
+	judgedLife = 12 * time.Minute
+	warmUp     = 3 * time.Minute
+)
+
+// steadyPart is a manager run's samples after warmUp when it lived judgedLife; nil otherwise.
 func steadyPart(xs []procSample) []procSample {
-	if len(xs) < 3 || xs[len(xs)-1].at.Sub(xs[0].at) < 12*time.Minute {
+	if len(xs) < 3 || xs[len(xs)-1].at.Sub(xs[0].at) < judgedLife {
 		return nil
 	}
 	var steady []procSample
 	for _, x := range xs {
-		if x.at.Sub(xs[0].at) >= 3*time.Minute {
+		if x.at.Sub(xs[0].at) >= warmUp {
 			steady = append(steady, x)
 		}
 	}
@@ -391,7 +397,7 @@ func steadyPart(xs []procSample) []procSample {
 	return steady
 }
 
-// judgeGrowth: a manager process that lived 12 minutes or more may not grow after its first 3:
+// judgeGrowth: a manager process that lived judgedLife may not grow after its warmUp:
 // its fitted goroutines by more than a fifth (and 20), its resident memory by more than a
 // quarter. Shorter lives are reported, not judged. A run with a steady stretch must have judged
 // at least one manager: otherwise the invariant held by default.
@@ -422,7 +428,7 @@ func (s *soak) judgeGrowth() {
 		}
 	}
 	if s.cfg.steady > 0 && judged == 0 {
-		s.breach("5 growth", "no manager container lived 12 minutes, even through the %s without faults: growth was not judged", s.cfg.steady)
+		s.breach("5 growth", "no manager container lived %s, even through the %s without faults: growth was not judged", judgedLife, s.cfg.steady)
 	}
 }
 
