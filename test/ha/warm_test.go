@@ -3,6 +3,7 @@
 package ha_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,11 +22,12 @@ import (
 
 // TestStockWarmFailover measures the stock master's own high availability: masters that elect
 // through etcd and write every change of their index to an operation log there, which a standby
-// replays (-enable_ha -ha_backend_type=etcd -enable_oplog). It keeps every object through a
-// kill of the leader. It is not offered, and leader.extraArgs refuses its flags, because the
-// same masters return another key's bytes with a success code, or come back empty for good,
-// after ordinary operations near or before a failover; each case below is one of them, with the
-// real etcd, masters, member and client. The last needs no fault but the failover itself: a
+// replays (-enable_ha -ha_backend_type=etcd -enable_oplog), with the real etcd, masters, member
+// and client. The first two cases are what it does keep: every object through a kill of the
+// leader, and, without tenants, a full cache's survivors. It is not offered, and
+// leader.extraArgs refuses its flags, because the same masters return another key's bytes with
+// a success code, or come back empty for good, after ordinary operations near or before a
+// failover: each later case is one of them. The last needs no fault but the failover itself: a
 // tenant at its quota (every Binding's ceiling is one) puts, then removes, one object. Should a
 // new store release change these outcomes, this test fails and the decision is to be made again.
 func TestStockWarmFailover(t *testing.T) {
@@ -36,7 +38,7 @@ func TestStockWarmFailover(t *testing.T) {
 	}
 
 	t.Run("a standby that replays the log keeps every object through a kill of the leader", func(t *testing.T) {
-		w := startWarm(t, bin, etcdBin, nil, nil)
+		w := startWarm(t, bin, etcdBin, warmOptions{})
 		keys := mooncaketest.Keys("kept", 100)
 		w.client.Put(t, keys, 64<<10)
 		// A put is acknowledged before its record is in etcd: the last ones before a kill can
@@ -51,12 +53,38 @@ func TestStockWarmFailover(t *testing.T) {
 		t.Logf("kill -9 of the serving master: the standby served %s later, with %d of %d objects", served.Sub(t0).Round(time.Millisecond), len(r.OK), len(keys))
 	})
 
+	t.Run("without tenants, a full cache's evictions are logged and the standby keeps what was left", func(t *testing.T) {
+		// A cache is full in its steady state: the master evicts past its watermark (0.9) to
+		// make room. Without multi-tenancy those evictions are logged (removed, then freed once
+		// the removal is in etcd), so the standby restores exactly the objects that were left.
+		w := startWarm(t, bin, etcdBin, warmOptions{segment: 16 << 20})
+		keys := mooncaketest.Keys("full", 256) // 64 MiB into 16 MiB
+		for i := 0; i < len(keys); i += 16 {
+			w.client.TryPut(t, keys[i:i+16], 256<<10)
+		}
+		time.Sleep(500 * time.Millisecond) // eviction runs in the background
+		before := w.client.Get(t, keys, 256<<10)
+		require.NotEmpty(t, before.OK)
+		require.Greater(t, len(before.Missing), len(keys)/2, "most were evicted")
+		time.Sleep(2 * time.Second) // every record is in etcd
+		old := w.kill()
+		w.awaitLeader(old, 30*time.Second)
+		after := w.client.Get(t, before.OK, 256<<10)
+		gone := w.client.Get(t, before.Missing, 256<<10)
+		t.Logf("before the failover %d of %d read back (the rest evicted); after it %d of those, %d wrong; of the evicted, %d read back, %d wrong",
+			len(before.OK), len(keys), len(after.OK), len(after.Wrong), len(gone.OK), len(gone.Wrong))
+		assert.Len(t, after.OK, len(before.OK), "every object left before the failover reads back")
+		assert.Empty(t, after.Wrong)
+		assert.Empty(t, gone.OK, "no evicted object comes back")
+		assert.Empty(t, gone.Wrong, "no evicted key reads another key's bytes")
+	})
+
 	t.Run("a key put again while its removal is not yet in the log returns another key's bytes", func(t *testing.T) {
 		// The master frees the removed value's memory when the same key is put again more than
 		// -put_start_discard_timeout_sec (30 s) after its first put, without waiting for the
 		// removal to reach the log; 1 s here saves the wait. A slow etcd (paused here) holds the
 		// log back for as long as it is slow.
-		w := startWarm(t, bin, etcdBin, nil, []string{"-put_start_discard_timeout_sec=1"})
+		w := startWarm(t, bin, etcdBin, warmOptions{args: []string{"-put_start_discard_timeout_sec=1"}})
 		w.client.Put(t, []string{"A"}, 4096)
 		time.Sleep(1500 * time.Millisecond)
 		w.etcd.Signal(syscall.SIGSTOP)
@@ -85,7 +113,7 @@ func TestStockWarmFailover(t *testing.T) {
 	t.Run("an eviction for a tenant's quota is never logged: the next standby restores nothing", func(t *testing.T) {
 		// Multi-tenancy, as every backend runs by default: a tenant over its quota has its own
 		// objects evicted to make room, and the master writes no record of it.
-		w := startWarm(t, bin, etcdBin, []string{tenant}, nil)
+		w := startWarm(t, bin, etcdBin, warmOptions{tenants: []string{tenant}})
 		keys := mooncaketest.Keys("quota", 32)
 		w.client.TryPut(t, keys, 128<<10) // 4 MiB against a 1 MiB quota
 		before := w.client.Get(t, keys, 128<<10)
@@ -130,7 +158,7 @@ func TestStockWarmFailover(t *testing.T) {
 // from the next one. It returns how many returned another key's bytes, and what happened.
 func quotaEvictionTrial(t *testing.T, bin, etcdBin string) (int, string) {
 	// The read that finds what the quota kept leases those objects; 200 ms lets them go.
-	w := startWarm(t, bin, etcdBin, []string{tenant}, []string{"-default_kv_lease_ttl=200"})
+	w := startWarm(t, bin, etcdBin, warmOptions{tenants: []string{tenant}, args: []string{"-default_kv_lease_ttl=200"}})
 	first := mooncaketest.Keys("first", 8) // 1 MiB: the tenant's whole quota
 	w.client.Put(t, first, 128<<10)
 	// One more: it evicts one object. Two unrecorded evictions of the same memory would leave
@@ -190,7 +218,14 @@ type warmStore struct {
 
 const warmQuota = 1 << 20
 
-func startWarm(t *testing.T, bin, etcdBin string, tenants, extra []string) *warmStore {
+// warmOptions: the tenants in the masters' ledger (none: multi-tenancy off), flags added to the
+// masters', and the member's segment (0: 64 MiB).
+type warmOptions struct {
+	tenants, args []string
+	segment       int
+}
+
+func startWarm(t *testing.T, bin, etcdBin string, o warmOptions) *warmStore {
 	t.Helper()
 	ports := mooncaketest.FreePorts(t, 2)
 	dir := t.TempDir()
@@ -207,9 +242,9 @@ func startWarm(t *testing.T, bin, etcdBin string, tenants, extra []string) *warm
 	})
 	require.NoError(t, err, "etcd answers")
 	args := append([]string{"-enable_ha=true", "-ha_backend_type=etcd", "-ha_backend_connstring=" + w.etcdURL,
-		"-enable_oplog=true", "-cluster_id=" + w.cluster, "-rpc_address=127.0.0.1"}, extra...)
+		"-enable_oplog=true", "-cluster_id=" + w.cluster, "-rpc_address=127.0.0.1"}, o.args...)
 	for range 2 {
-		m := mooncaketest.StartMaster(t, bin, mooncaketest.MasterOptions{Tenants: tenants, Quota: warmQuota, Standby: true, Args: args})
+		m := mooncaketest.StartMaster(t, bin, mooncaketest.MasterOptions{Tenants: o.tenants, Quota: warmQuota, Standby: true, Args: args})
 		w.masters = append(w.masters, m)
 		if len(w.masters) == 1 {
 			w.awaitLeader(nil, 30*time.Second) // the first leads
@@ -219,13 +254,13 @@ func startWarm(t *testing.T, bin, etcdBin string, tenants, extra []string) *warm
 	w.member = mooncaketest.Start(t, "mc_store_rest_server", 5*time.Second, append([]string{
 		"MOONCAKE_MASTER=etcd://" + strings.TrimPrefix(w.etcdURL, "http://"),
 		"MOONCAKE_TE_META_DATA_SERVER=P2PHANDSHAKE", "MOONCAKE_PROTOCOL=tcp", "MOONCAKE_LOCAL_HOSTNAME=127.0.0.2",
-		"MOONCAKE_GLOBAL_SEGMENT_SIZE=" + strconv.Itoa(64<<20), "MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
+		"MOONCAKE_GLOBAL_SEGMENT_SIZE=" + strconv.Itoa(cmp.Or(o.segment, 64<<20)), "MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
 	}, env...), filepath.Join(bin, "mc_store_rest_server"), "--port="+strconv.Itoa(mooncaketest.FreePorts(t, 1)[0]))
 	_, err = poll(30*time.Second, func() error { return w.segmentMounted() })
 	require.NoError(t, err, "the member's segment is mounted")
 	id := "default"
-	if len(tenants) > 0 {
-		id = tenants[0]
+	if len(o.tenants) > 0 {
+		id = o.tenants[0]
 	}
 	w.client = mooncaketest.StartClientAt(t, bin, "etcd://"+strings.TrimPrefix(w.etcdURL, "http://"), id, env)
 	return w
