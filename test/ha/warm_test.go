@@ -83,31 +83,19 @@ func TestStockWarmFailover(t *testing.T) {
 		// The master frees the removed value's memory when the same key is put again more than
 		// -put_start_discard_timeout_sec (30 s) after its first put, without waiting for the
 		// removal to reach the log; 1 s here saves the wait. A slow etcd (paused here) holds the
-		// log back for as long as it is slow.
-		w := startWarm(t, bin, etcdBin, warmOptions{args: []string{"-put_start_discard_timeout_sec=1"}})
-		w.client.Put(t, []string{"A"}, 4096)
-		time.Sleep(1500 * time.Millisecond)
-		w.etcd.Signal(syscall.SIGSTOP)
-		w.client.Put(t, []string{"Z"}, 4096) // its record now waits on etcd, and every later one behind it
-		require.Zero(t, w.client.Remove(t, []string{"A"})["A"])
-		w.client.Put(t, []string{"A"}, 8192)
-		w.client.Put(t, []string{"B"}, 4096)
-		lead := w.serving()
-		t.Logf("before the kill: A %s; B %s", w.where(lead, "A"), w.where(lead, "B"))
-		old := w.kill()
-		w.etcd.Signal(syscall.SIGCONT)
-		w.awaitLeader(old, 30*time.Second)
-		var whose map[string]string
-		_, err := poll(15*time.Second, func() error {
-			whose = w.client.Whose(t, []string{"A"}, []string{"B"})
-			if whose["A"] == "" {
-				return fmt.Errorf("A misses")
-			}
-			return nil
-		})
-		require.NoError(t, err)
-		t.Logf("after the failover: A %s; get(A) returned %q's bytes", w.where(w.serving(), "A"), whose["A"])
-		assert.Equal(t, "B", whose["A"], "a read of A after the failover returns B's bytes, with a success code")
+		// log back for as long as it is slow. An eviction is a removal too, and a KV cache puts
+		// evicted keys again all the time.
+		whose := reputWhileRemoving(t, bin, etcdBin, "-put_start_discard_timeout_sec=1")
+		assert.Equal(t, "B", whose, "a read of A after the failover returns B's bytes, with a success code")
+	})
+
+	t.Run("with a put's discard timeout beyond any object's age, the key put again reads its own bytes", func(t *testing.T) {
+		// The same steps, with the master never taking the early-discard path: the second put
+		// of A answers 0 and stores nothing while A's removal waits on etcd, so A's memory is
+		// not freed before its removal is logged. The cost: a put whose client dies midway
+		// holds its memory until the release timeout, which must be larger still.
+		whose := reputWhileRemoving(t, bin, etcdBin, "-put_start_discard_timeout_sec=315360000", "-put_start_release_timeout_sec=315360001")
+		assert.Contains(t, []string{"A", ""}, whose, "a read of A after the failover returns A's own bytes or misses")
 	})
 
 	t.Run("an eviction for a tenant's quota is never logged: the next standby restores nothing", func(t *testing.T) {
@@ -151,6 +139,35 @@ func TestStockWarmFailover(t *testing.T) {
 		}
 		t.Errorf("in 3 trials no key evicted for a quota read back another key's bytes after a failover: the store may now record its quota evictions; decide warm failover again")
 	})
+}
+
+// reputWhileRemoving: with etcd paused, puts Z (its record waits, and every later one behind
+// it), removes A, puts A again (other bytes) and puts B, kills the leader, lets etcd go on,
+// and says whose bytes a read of A returns on the next leader ("" when it keeps missing).
+func reputWhileRemoving(t *testing.T, bin, etcdBin string, args ...string) string {
+	w := startWarm(t, bin, etcdBin, warmOptions{args: args})
+	w.client.Put(t, []string{"A"}, 4096)
+	time.Sleep(1500 * time.Millisecond)
+	w.etcd.Signal(syscall.SIGSTOP)
+	w.client.Put(t, []string{"Z"}, 4096)
+	require.Zero(t, w.client.Remove(t, []string{"A"})["A"])
+	w.client.Put(t, []string{"A"}, 8192)
+	w.client.Put(t, []string{"B"}, 4096)
+	lead := w.serving()
+	t.Logf("before the kill: A %s; B %s", w.where(lead, "A"), w.where(lead, "B"))
+	old := w.kill()
+	w.etcd.Signal(syscall.SIGCONT)
+	w.awaitLeader(old, 30*time.Second)
+	var whose map[string]string
+	_, err := poll(15*time.Second, func() error {
+		whose = w.client.Whose(t, []string{"A"}, []string{"B"})
+		if whose["A"] == "" {
+			return fmt.Errorf("A misses")
+		}
+		return nil
+	})
+	t.Logf("after the failover: A %s; get(A) returned %q's bytes (%v)", w.where(w.serving(), "A"), whose["A"], err)
+	return whose["A"]
 }
 
 // quotaEvictionTrial fills a tenant's quota, puts one more so that the quota evicts, removes
