@@ -205,8 +205,8 @@ func quotaEvictionTrial(t *testing.T, bin, etcdBin string) (int, string) {
 	require.NotNil(t, lead)
 	restore := "the restore succeeded"
 	for _, line := range strings.Split(lead.Output(), "\n") {
-		if strings.Contains(line, "Standby restore failed") {
-			restore = "the restore was refused: " + line[strings.Index(line, "Standby restore failed"):]
+		if _, why, ok := strings.Cut(line, "Standby restore failed"); ok {
+			restore = "the restore was refused:" + why
 		}
 	}
 	var foreign int
