@@ -93,9 +93,9 @@ func TestStockWarmFailover(t *testing.T) {
 		// The same steps, with the master never taking the early-discard path: the second put
 		// of A answers 0 and stores nothing while A's removal waits on etcd, so A's memory is
 		// not freed before its removal is logged. The cost, measured: a put whose client dies
-		// midway holds its memory (128 MiB, still held a minute later) and its key (a put of it
-		// answers 0 and stores nothing) until the release timeout, which must be larger still,
-		// or the next failover; with the defaults both are free again after 30 s.
+		// midway holds its memory (128 MiB, still held 15 minutes later) and its key (a put of
+		// it answers 0 and stores nothing) until the next failover; with the defaults the key
+		// is free again after 30 s and the memory after 20 minutes.
 		whose := reputWhileRemoving(t, bin, etcdBin, "-put_start_discard_timeout_sec=315360000", "-put_start_release_timeout_sec=315360001")
 		assert.Contains(t, []string{"A", ""}, whose, "a read of A after the failover returns A's own bytes or misses")
 	})
