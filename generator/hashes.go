@@ -71,7 +71,9 @@ func hashOf(v any) (string, error) {
 // storeSpecHashes are the spec hashes of a store's workloads, by object name: for each, the
 // inputs of the user's objects its Pod template is built from, and nothing the operator's
 // version decides (the launcher image, ports, the templates themselves). The leader's replica
-// count is left out: it changes no Pod template.
+// count is left out: it changes no Pod template. A field added to the API later must leave every
+// hash stamped before it unchanged while it is unset: an omitempty field that defaults to
+// nothing, as leader.etcd.
 func storeSpecHashes(in StoreInput) (map[string]string, error) {
 	b := in.Backend
 	m := b.Spec.Connection.Managed
@@ -96,12 +98,16 @@ func storeSpecHashes(in StoreInput) (map[string]string, error) {
 	}
 	out[LeaderName(b.Name)] = h
 	for i := range m.Members {
+		// Fields added after the first hashes were stamped are left out at their zero value,
+		// so that an upgrade that adds one leaves every existing store's hash as it was.
 		h, err := hashOf(struct {
 			Common    any
 			Transport kvv1.Transport
 			Group     kvv1.MemberGroup
 			Electing  bool
-		}{common, b.Spec.Transport, m.Members[i], m.Leader.Electing()})
+			Warm      bool            `json:",omitempty"`
+			Etcd      *kvv1.StoreEtcd `json:",omitempty"`
+		}{common, b.Spec.Transport, m.Members[i], m.Leader.Electing(), m.Leader.Warm(), m.Leader.Etcd})
 		if err != nil {
 			return nil, err
 		}

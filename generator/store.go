@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +90,8 @@ type leaderValues struct {
 	// available Pod; the operator then hands over from it once, gracefully.
 	MaxUnavailable int32
 	Electing       bool
+	// Warm: every replica runs the master in its etcd HA mode with the operation log.
+	Warm           bool
 	ServiceAccount string
 	// Command is the launcher when electing, else the master itself.
 	Command []string
@@ -105,12 +108,15 @@ type leaderValues struct {
 }
 
 type memberValues struct {
-	Index         int
-	Name          string
-	Component     string
-	Image         string
-	RestPort      int32
-	NodeSelector  map[string]string
+	Index        int
+	Name         string
+	Component    string
+	Image        string
+	RestPort     int32
+	NodeSelector map[string]string
+	// Command runs the member: the stock member itself, or (warm failover) the operator's
+	// launcher, which picks the member's segment name and then runs it.
+	Command       []string
 	Args          []string
 	Env           []corev1.EnvVar
 	MemoryRequest string // "" renders no request
@@ -184,6 +190,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		RollingUpdate:  l.ReplicaCount() > 1,
 		MaxUnavailable: l.ReplicaCount() - 1,
 		Electing:       l.Electing(),
+		Warm:           l.Warm(),
 		MultiTenancy:   l.MultiTenancyEnabled(),
 	}
 	if leader.Image == "" {
@@ -200,8 +207,15 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		leader.PolicyConfig = QuotaPolicyName(b.Name)
 		v.Tenants = sortedTenants(in.Tenants)
 	}
-	leader.Args = leaderArgs(l, d)
+	leader.Args = leaderArgs(b, d)
 	leader.Env = l.ExtraEnv
+	if leader.Warm {
+		// Each master advertises its own address (-rpc_address) in etcd. A standby answers
+		// /health and is probed like any master; it is ready only once it serves, and probed
+		// every second so that the Service routes to it as soon as it does.
+		leader.Env = append([]corev1.EnvVar{fieldEnv(vocab.DrainPodIPEnv, "status.podIP")}, leader.Env...)
+		leader.ReadinessPeriodSeconds = 1
+	}
 	if leader.Electing {
 		leader.LauncherImage = in.OperatorImage
 		if leader.LauncherImage == "" {
@@ -219,13 +233,17 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	// Members reach the master through the leader Service, whichever Pod serves it: a member
 	// re-registers by itself when a new master answers at the same address. (Lease addressing
 	// names k8s://, which no published member reads; admission refuses it.)
+	// Warm members find the serving master through etcd instead.
 	master, admin := ClientEndpoint(b.Name, ns, d), AdminEndpoint(b.Name, ns, d)
+	if l.Warm() {
+		master = WarmMasterAddress(l.Etcd)
+	}
 	launcherImage := in.OperatorImage
 	if launcherImage == "" {
 		launcherImage = d.OperatorImage
 	}
 	for i, g := range m.Members {
-		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage}, in.BackendImageSetting, d)
+		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage, clusterID: StoreClusterID(b)}, in.BackendImageSetting, d)
 		if err != nil {
 			return nil, err
 		}
@@ -247,9 +265,11 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 }
 
 // leaderArgs are mooncake_master's flags in the documented order; extraArgs come last. The
-// master runs in its plain mode whether or not the leader elects: the election is the
-// launcher's, since no published store build has a Kubernetes HA backend.
-func leaderArgs(l kvv1.Leader, d values.Defaults) []string {
+// master runs in its plain mode whether or not the leader elects through a Lease: that
+// election is the launcher's, since no published store build has a Kubernetes HA backend. Only
+// warm failover runs the master's own etcd HA mode.
+func leaderArgs(b *kvv1.KVCacheBackend, d values.Defaults) []string {
+	l := b.Spec.Connection.Managed.Leader
 	args := []string{
 		fmt.Sprintf("-rpc_port=%d", d.Store.RPCPort),
 		fmt.Sprintf("-metrics_port=%d", d.Store.AdminPort),
@@ -261,6 +281,9 @@ func leaderArgs(l kvv1.Leader, d values.Defaults) []string {
 			"-enable_multi_tenants=true",
 			fmt.Sprintf("-tenant_quota_connector_uri=%s/%s", d.Store.TenantQuotaDir, d.Store.TenantQuotaFile),
 		)
+	}
+	if l.Warm() {
+		args = append(args, warmMasterArgs(b)...)
 	}
 	return append(args, l.ExtraArgs...)
 }
@@ -277,6 +300,67 @@ func allocationFlag(s kvv1.AllocationStrategy) string {
 // and admin (its preStop drain) addresses, and the operator's image the drain is copied from.
 type memberEndpoints struct {
 	master, admin, launcherImage string
+	// clusterID is the store's id in etcd (warm failover only).
+	clusterID string
+}
+
+// A put that stays unfinished longer than this is never discarded early: 10 years, beyond any
+// object's age. The master's early discard frees a key's memory before its removal is in the
+// operation log, and a standby that replays that log hands out another key's bytes for it. The
+// release timeout must be greater than the discard timeout.
+const (
+	warmPutStartDiscardTimeoutSec = 315360000
+	warmPutStartReleaseTimeoutSec = warmPutStartDiscardTimeoutSec + 1
+)
+
+// warmMasterArgs are the flags of a warm-failover master: the etcd HA mode with the operation
+// log, under the store's own cluster id, and a put's early discard turned off.
+func warmMasterArgs(b *kvv1.KVCacheBackend) []string {
+	return []string{
+		"-enable_ha=true",
+		"-ha_backend_type=etcd",
+		"-ha_backend_connstring=" + etcdList(b.Spec.Connection.Managed.Leader.Etcd),
+		"-enable_oplog=true",
+		"-cluster_id=" + StoreClusterID(b),
+		"-rpc_address=$(" + vocab.DrainPodIPEnv + ")",
+		fmt.Sprintf("-put_start_discard_timeout_sec=%d", warmPutStartDiscardTimeoutSec),
+		fmt.Sprintf("-put_start_release_timeout_sec=%d", warmPutStartReleaseTimeoutSec),
+	}
+}
+
+func etcdList(e *kvv1.StoreEtcd) string {
+	if e == nil {
+		return ""
+	}
+	return strings.Join(e.Endpoints, ";")
+}
+
+// WarmMasterAddress is the master address members and engines are given in warm failover: the
+// store's etcd, where the serving master advertises itself.
+func WarmMasterAddress(e *kvv1.StoreEtcd) string {
+	return "etcd://" + etcdList(e)
+}
+
+// maxClusterIDLen is the store's limit on a cluster id.
+const maxClusterIDLen = 128
+
+// StoreClusterID is the id a warm-failover store keeps its election and operation log under in
+// etcd, which members and engines must carry: the backend's name and, once it has one, its UID,
+// so a backend deleted and created again under the same name never replays the log of the one
+// before (whose index names segments of members that are gone).
+func StoreClusterID(b *kvv1.KVCacheBackend) string {
+	if b.UID == "" {
+		return truncate(b.Name, maxClusterIDLen)
+	}
+	uid := string(b.UID)
+	return truncate(b.Name, maxClusterIDLen-len(uid)-1) + "-" + uid
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e memberEndpoints, setting string, d values.Defaults) (memberValues, error) {
@@ -287,6 +371,7 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e member
 		Image:        b.StoreImage(i, setting),
 		RestPort:     d.Store.MemberRestPortBase + int32(i),
 		NodeSelector: g.NodeSelector,
+		Command:      []string{vocab.MemberCommand},
 	}
 	if mv.Image == "" {
 		return mv, fmt.Errorf("KVCacheBackend %s: member group %d: no store image: set spec.connection.managed.members[%d].image, spec.image or the Setting %s", b.Name, i, i, kvv1.SettingKVCacheBackendImage)
@@ -311,6 +396,14 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e member
 		corev1.EnvVar{Name: vocab.MetricEnv, Value: "1"},
 		corev1.EnvVar{Name: vocab.DrainAdminEnv, Value: e.admin},
 		fieldEnv(vocab.DrainPodIPEnv, "status.podIP"))
+	if b.Spec.Connection.Managed.Leader.Warm() {
+		mv.Env = append(mv.Env, corev1.EnvVar{Name: vocab.ClusterIDEnv, Value: e.clusterID})
+		// A restarted member registers under a segment name the serving master has never seen
+		// for its host: the index the next master replays may still hold its old objects, and
+		// under the old name those would read back the new member's memory.
+		mv.Command = []string{vocab.LauncherDir + "/kvcache", vocab.MemberRunCommand, "--"}
+		mv.Args = append([]string{vocab.MemberCommand}, mv.Args...)
+	}
 	mv.Env = append(mv.Env, g.ExtraEnv...)
 
 	// A member loses every object it holds the moment it stops, so before the kubelet signals it,

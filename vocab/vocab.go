@@ -130,11 +130,17 @@ const (
 	// LauncherDir like the leader's launcher): it drains the member's objects to the others
 	// through the master before the member stops.
 	DrainMemberCommand = "drain-member"
+	// MemberRunCommand is the kvcache subcommand a warm-failover member Pod runs its member
+	// under: it picks a segment name the serving master has never seen for the Pod.
+	MemberRunCommand = "member-run"
 	// DrainAdminEnv is the master's admin address (host:port or URL) the drain talks to, and
 	// DrainPodIPEnv the member Pod's IP (the downward API's status.podIP), the host part of the
 	// segment names its member registered.
 	DrainAdminEnv = "KVCACHE_MASTER_ADMIN"
 	DrainPodIPEnv = "KVCACHE_POD_IP"
+	// ClusterIDEnv is the store's id in etcd that a warm-failover store's members and clients
+	// carry, read by the store's own client library.
+	ClusterIDEnv = "MC_STORE_CLUSTER_ID"
 )
 
 // Names is the vocabulary as the templates read it (.Names.X): every name a template writes

@@ -122,9 +122,23 @@ func (t *InstanceType) Default() {}
 // Default does nothing: a Setting has no schema defaults.
 func (s *Setting) Default() {}
 
-// Electing reports whether the leader replicas elect through a Lease.
+// Electing reports whether the leader replicas elect through a Lease (the operator's launcher).
 func (l *Leader) Electing() bool {
-	return l.ElectionBackend != ElectionNone
+	return l.ElectionBackend != ElectionNone && l.ElectionBackend != ElectionEtcd
+}
+
+// Warm reports whether the masters keep their index through a change of leader (electionBackend
+// Etcd).
+func (l *Leader) Warm() bool {
+	return l.ElectionBackend == ElectionEtcd
+}
+
+// Failover is what a change of leader does to the cache.
+func (l *Leader) Failover() FailoverMode {
+	if l.Warm() {
+		return FailoverWarm
+	}
+	return FailoverCold
 }
 
 // NetworkPolicyEnabled reports whether the store's NetworkPolicy is rendered (default true).

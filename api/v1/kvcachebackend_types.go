@@ -72,7 +72,7 @@ type Transport struct {
 }
 
 // ElectionBackend selects how leader replicas elect the serving master.
-// +kubebuilder:validation:Enum=Kubernetes;None
+// +kubebuilder:validation:Enum=Kubernetes;None;Etcd
 type ElectionBackend string
 
 // Election backends.
@@ -82,6 +82,10 @@ const (
 	ElectionKubernetes ElectionBackend = "Kubernetes"
 	// ElectionNone runs a single master with no election.
 	ElectionNone ElectionBackend = "None"
+	// ElectionEtcd is warm failover: every leader replica runs the stock master in its etcd HA
+	// mode with the operation log, so a standby keeps the index of the objects through a
+	// change of leader. It needs leader.etcd and multiTenancy: false.
+	ElectionEtcd ElectionBackend = "Etcd"
 )
 
 // MemberAddressing selects how members find the serving master.
@@ -249,7 +253,10 @@ type Leader struct {
 
 	// ElectionBackend: Kubernetes (the default: the operator's launcher, copied into the leader
 	// Pod from the operator's image, holds a Lease and runs the stock master only while it
-	// leads) or None (no election; replicas must be 1).
+	// leads; a change of leader empties the cache), Etcd (warm failover: every replica runs the
+	// master, which elect through leader.etcd and log every change of the index there, so the
+	// next leader keeps the cache; needs multiTenancy: false) or None (no election; replicas
+	// must be 1).
 	// +kubebuilder:default=Kubernetes
 	// +optional
 	ElectionBackend ElectionBackend `json:"electionBackend,omitempty"`
@@ -284,6 +291,24 @@ type Leader struct {
 	// +optional
 	// +listType=atomic
 	ExtraEnv []corev1.EnvVar `json:"extraEnv,omitempty"`
+
+	// Etcd is where masters with electionBackend: Etcd elect and keep their operation log.
+	// Required with Etcd, refused otherwise.
+	// +optional
+	Etcd *StoreEtcd `json:"etcd,omitempty"`
+}
+
+// StoreEtcd is an etcd cluster a warm-failover store keeps its leader election and operation
+// log in. The store's etcd client speaks plain gRPC (it has no TLS settings), so the etcd is to
+// be reachable only from the store's and the engines' Pods.
+type StoreEtcd struct {
+	// Endpoints are the etcd cluster's client addresses, host:port each, e.g.
+	// store-etcd.gpustack-system.svc:2379. Masters, members and every injected engine reach
+	// them.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=7
+	// +listType=atomic
+	Endpoints []string `json:"endpoints"`
 }
 
 // MemberGroup is a set of nodes that each run one member Pod contributing memory to the store.
@@ -408,7 +433,20 @@ type LeaderStatus struct {
 	// ColdCacheReason says what emptied the cache: LeaderChanged or MasterRestarted.
 	// +optional
 	ColdCacheReason string `json:"coldCacheReason,omitempty"`
+	// Failover is what a change of leader does to the cache: Cold (the next master starts
+	// empty) or Warm (the next master replays the operation log and keeps the objects).
+	// +optional
+	Failover FailoverMode `json:"failover,omitempty"`
 }
+
+// FailoverMode is what a change of the serving master does to the cache.
+type FailoverMode string
+
+// Failover modes.
+const (
+	FailoverCold FailoverMode = "Cold"
+	FailoverWarm FailoverMode = "Warm"
+)
 
 // MemberStatus is one member segment the master lists, joined to its Pod where known.
 type MemberStatus struct {
@@ -541,6 +579,7 @@ const (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoints[?(@.name=="Client")].address`
 // +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.capacity.total`
+// +kubebuilder:printcolumn:name="Failover",type=string,JSONPath=`.status.leader.failover`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Update-Pending",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="UpdatePending")].status`
 type KVCacheBackend struct {

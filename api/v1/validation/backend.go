@@ -26,11 +26,12 @@ const (
 // Reasons a flag may not be passed through leader.extraArgs, by flag key (no dashes).
 const (
 	reasonDerivedPorts    = "the operator sets it: the Service, probes and endpoints depend on the master's ports"
-	reasonDerivedElection = "high availability is the operator's launcher holding the leader's Lease, and the master runs in its plain mode (no published store build has a Kubernetes HA backend); set leader.electionBackend and leader.replicas instead"
+	reasonDerivedElection = "the operator derives the master's election from leader.electionBackend (Kubernetes: its launcher holds the leader's Lease and the master runs in its plain mode; Etcd: the master's own etcd HA mode at leader.etcd); set leader.electionBackend, leader.etcd and leader.replicas instead"
 	reasonDerivedAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
 	reasonDerivedTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
 	reasonSnapshot        = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
-	reasonOplog           = "the store's etcd HA mode with its operation log is not offered: measured on the stock master, after a failover it returns another key's bytes for a key put again while its removal was still being logged, and it never logs a tenant's quota evictions, so the standby restores nothing; high availability is the operator's Lease election (leader.replicas)"
+	reasonOplog           = "the operation log is the warm failover's, which the operator configures with every setting it needs to be safe (an early discard that could hand out another key's bytes turned off, no tenants); set leader.electionBackend: Etcd and leader.etcd instead"
+	reasonDiscard         = "the operator keeps the store's default for a cold store and sets it beyond any object's age for warm failover (electionBackend: Etcd), where the master's early discard of an unfinished put frees memory before the removal is logged, and the next master hands out another key's bytes for it"
 	reasonConfigPath      = "a config file would override the flags the operator renders; use extraArgs flags that are allowed"
 	reasonAllocator       = "member memory is allocated by the store's default allocator; this operator does not offer another"
 	reasonCXL             = "CXL memory is not a medium this operator provisions; use members[].medium"
@@ -41,35 +42,37 @@ const (
 )
 
 var refusedLeaderFlags = map[string]string{
-	"rpc_port":                    reasonDerivedPorts,
-	"metrics_port":                reasonDerivedPorts,
-	"port":                        reasonOldPort,
-	"enable_ha":                   reasonDerivedElection,
-	"ha_backend_type":             reasonDerivedElection,
-	"ha_backend_connstring":       reasonDerivedElection,
-	"rpc_address":                 reasonDerivedElection,
-	"cluster_id":                  reasonDerivedElection,
-	"pod_name":                    reasonDerivedElection,
-	"pod_namespace":               reasonDerivedElection,
-	"allocation_strategy":         reasonDerivedAlloc,
-	"enable_multi_tenants":        reasonDerivedTenancy,
-	"tenant_quota_connector_uri":  reasonDerivedTenancy,
-	"tenant_quota_connector_type": reasonConnector,
-	"enable_snapshot":             reasonSnapshot,
-	"enable_snapshot_restore":     reasonSnapshot,
-	"enable_oplog":                reasonOplog,
-	"etcd_endpoints":              reasonOplog,
-	"config_path":                 reasonConfigPath,
-	"memory_allocator":            reasonAllocator,
-	"enable_cxl":                  reasonCXL,
-	"cxl_path":                    reasonCXL,
-	"cxl_size":                    reasonCXL,
-	"flagfile":                    reasonIndirect,
-	"fromenv":                     reasonIndirect,
-	"tryfromenv":                  reasonIndirect,
-	"enable_offload":              reasonStorage,
-	"root_fs_dir":                 reasonStorage,
-	"global_file_segment_size":    reasonStorage,
+	"rpc_port":                      reasonDerivedPorts,
+	"metrics_port":                  reasonDerivedPorts,
+	"port":                          reasonOldPort,
+	"enable_ha":                     reasonDerivedElection,
+	"ha_backend_type":               reasonDerivedElection,
+	"ha_backend_connstring":         reasonDerivedElection,
+	"rpc_address":                   reasonDerivedElection,
+	"cluster_id":                    reasonDerivedElection,
+	"pod_name":                      reasonDerivedElection,
+	"pod_namespace":                 reasonDerivedElection,
+	"allocation_strategy":           reasonDerivedAlloc,
+	"enable_multi_tenants":          reasonDerivedTenancy,
+	"tenant_quota_connector_uri":    reasonDerivedTenancy,
+	"tenant_quota_connector_type":   reasonConnector,
+	"enable_snapshot":               reasonSnapshot,
+	"enable_snapshot_restore":       reasonSnapshot,
+	"enable_oplog":                  reasonOplog,
+	"etcd_endpoints":                reasonOplog,
+	"put_start_discard_timeout_sec": reasonDiscard,
+	"put_start_release_timeout_sec": reasonDiscard,
+	"config_path":                   reasonConfigPath,
+	"memory_allocator":              reasonAllocator,
+	"enable_cxl":                    reasonCXL,
+	"cxl_path":                      reasonCXL,
+	"cxl_size":                      reasonCXL,
+	"flagfile":                      reasonIndirect,
+	"fromenv":                       reasonIndirect,
+	"tryfromenv":                    reasonIndirect,
+	"enable_offload":                reasonStorage,
+	"root_fs_dir":                   reasonStorage,
+	"global_file_segment_size":      reasonStorage,
 }
 
 // LeaderFlagRefusal returns why a leader.extraArgs flag key (without its leading dashes) is
@@ -123,12 +126,14 @@ var (
 		vocab.MasterEnv: envFromSpec, vocab.MetadataServerEnv: envFromSpec, vocab.ProtocolEnv: envFromSpec,
 		vocab.LocalHostnameEnv: envFromPod, vocab.GlobalSegmentSizeEnv: envFromSpec,
 		vocab.LocalBufferSizeEnv: envFromSpec, vocab.MetricEnv: envMetric, vocab.DeviceEnv: envDeviceUnset,
-		vocab.DrainAdminEnv: envDrain, vocab.DrainPodIPEnv: envDrain,
+		vocab.DrainAdminEnv: envDrain, vocab.DrainPodIPEnv: envDrain, vocab.ClusterIDEnv: envFromSpec,
 		// A config file replaces every variable above.
 		vocab.ConfigPathEnv: "a configuration file would replace every MOONCAKE_* variable the operator sets",
 	}
 	derivedLeaderEnv = map[string]string{
 		"POD_NAME": envLauncher, "POD_NAMESPACE": envLauncher,
+		vocab.DrainPodIPEnv: "the operator sets it from the Pod itself (the downward API): a warm-failover master advertises it in etcd",
+		vocab.ClusterIDEnv:  "the operator sets the store's cluster id in the master's flags",
 	}
 	// Store client attributes a member's -D key=value could override; the operator sets each
 	// through the environment.
@@ -183,10 +188,11 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 	if replicas < 1 || replicas > maxLeaderReplicas {
 		errs = append(errs, field.Invalid(lp.Child("replicas"), replicas, fmt.Sprintf("must be between 1 and %d", maxLeaderReplicas)))
 	}
-	errs = append(errs, enum(lp.Child("electionBackend"), string(l.ElectionBackend), "Kubernetes", "None")...)
+	errs = append(errs, enum(lp.Child("electionBackend"), string(l.ElectionBackend), "Kubernetes", "None", "Etcd")...)
+	errs = append(errs, validateWarm(lp, l)...)
 	errs = append(errs, enum(lp.Child("memberAddressing"), string(l.MemberAddressing), "Service", "Lease")...)
 	errs = append(errs, enum(lp.Child("allocationStrategy"), string(l.AllocationStrategy), "FreeRatioFirst", "Random")...)
-	if !l.Electing() && replicas > 1 {
+	if l.ElectionBackend == kvv1.ElectionNone && replicas > 1 {
 		errs = append(errs, field.Invalid(lp.Child("replicas"), replicas, "more than one leader replica needs electionBackend: Kubernetes, because standbys take over through the Lease; set replicas: 1 or electionBackend: Kubernetes"))
 	}
 	if l.MemberAddressing == kvv1.AddressingLease {
@@ -244,6 +250,38 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 		}
 		errs = append(errs, validateMemberArgs(gp.Child("extraArgs"), g.ExtraArgs)...)
 		errs = append(errs, validateExtraEnv(gp.Child("extraEnv"), g.ExtraEnv, derivedMemberEnv)...)
+	}
+	return errs
+}
+
+// validateWarm checks leader.etcd against the election backend, and what warm failover needs.
+func validateWarm(lp *field.Path, l kvv1.Leader) field.ErrorList {
+	var errs field.ErrorList
+	ep := lp.Child("etcd")
+	if !l.Warm() {
+		if l.Etcd != nil {
+			errs = append(errs, field.Forbidden(ep, fmt.Sprintf("only electionBackend: Etcd reads leader.etcd (this leader elects with %s); remove it, or set electionBackend: Etcd for warm failover", l.ElectionBackend)))
+		}
+		return errs
+	}
+	if l.Etcd == nil || len(l.Etcd.Endpoints) == 0 {
+		errs = append(errs, field.Required(ep.Child("endpoints"), "electionBackend: Etcd keeps the masters' election and operation log in an etcd: name its client addresses, e.g. endpoints: [store-etcd.gpustack-system.svc:2379]"))
+	} else {
+		seen := map[string]bool{}
+		for i, e := range l.Etcd.Endpoints {
+			switch {
+			case strings.ContainsAny(e, ";, \t/"):
+				errs = append(errs, field.Invalid(ep.Child("endpoints").Index(i), e, "one host:port per entry, without a scheme (the store's etcd client speaks plain gRPC), e.g. store-etcd.gpustack-system.svc:2379"))
+			case hostPort(e) != "":
+				errs = append(errs, field.Invalid(ep.Child("endpoints").Index(i), e, hostPort(e)))
+			case seen[e]:
+				errs = append(errs, field.Duplicate(ep.Child("endpoints").Index(i), e))
+			}
+			seen[e] = true
+		}
+	}
+	if l.MultiTenancyEnabled() {
+		errs = append(errs, field.Invalid(lp.Child("multiTenancy"), true, "warm failover needs multiTenancy: false: the master evicts a tenant's objects for its quota without logging it, and after a failover the next master hands out another key's bytes for an evicted key (measured on the stock master with etcd healthy); set multiTenancy: false (Bindings' ceilings are then not enforced), or keep electionBackend: Kubernetes"))
 	}
 	return errs
 }

@@ -29,11 +29,12 @@ const (
 // changed message fails a test.
 const (
 	wantReasonPorts    = "the operator sets it: the Service, probes and endpoints depend on the master's ports"
-	wantReasonElection = "high availability is the operator's launcher holding the leader's Lease, and the master runs in its plain mode (no published store build has a Kubernetes HA backend); set leader.electionBackend and leader.replicas instead"
+	wantReasonElection = "the operator derives the master's election from leader.electionBackend (Kubernetes: its launcher holds the leader's Lease and the master runs in its plain mode; Etcd: the master's own etcd HA mode at leader.etcd); set leader.electionBackend, leader.etcd and leader.replicas instead"
 	wantReasonAlloc    = "the operator derives it from leader.allocationStrategy; set that field instead"
 	wantReasonTenancy  = "the operator derives it from leader.multiTenancy and seeds the ledger file itself; set multiTenancy instead"
 	wantReasonSnapshot = "the store's snapshot is not offered: restoring a snapshot can make the cache serve another key's bytes instead of a miss"
-	wantReasonOplog    = "the store's etcd HA mode with its operation log is not offered: measured on the stock master, after a failover it returns another key's bytes for a key put again while its removal was still being logged, and it never logs a tenant's quota evictions, so the standby restores nothing; high availability is the operator's Lease election (leader.replicas)"
+	wantReasonOplog    = "the operation log is the warm failover's, which the operator configures with every setting it needs to be safe (an early discard that could hand out another key's bytes turned off, no tenants); set leader.electionBackend: Etcd and leader.etcd instead"
+	wantReasonDiscard  = "the operator keeps the store's default for a cold store and sets it beyond any object's age for warm failover (electionBackend: Etcd), where the master's early discard of an unfinished put frees memory before the removal is logged, and the next master hands out another key's bytes for it"
 	wantReasonConfig   = "a config file would override the flags the operator renders; use extraArgs flags that are allowed"
 	wantReasonAllocMem = "member memory is allocated by the store's default allocator; this operator does not offer another"
 	wantReasonCXL      = "CXL memory is not a medium this operator provisions; use members[].medium"
@@ -69,6 +70,8 @@ func refusedLeaderKeys() []refusedLeaderKey {
 		{"enable_snapshot_restore", wantReasonSnapshot},
 		{"enable_oplog", wantReasonOplog},
 		{"etcd_endpoints", wantReasonOplog},
+		{"put_start_discard_timeout_sec", wantReasonDiscard},
+		{"put_start_release_timeout_sec", wantReasonDiscard},
 		{"config_path", wantReasonConfig},
 		{"memory_allocator", wantReasonAllocMem},
 		{"enable_cxl", wantReasonCXL},
@@ -107,6 +110,14 @@ func chartContext() BackendContext {
 }
 
 func leader(b *kvv1.KVCacheBackend) *kvv1.Leader { return &b.Spec.Connection.Managed.Leader }
+
+// warm turns on warm failover with the given etcd endpoints, without tenants.
+func warm(b *kvv1.KVCacheBackend, endpoints ...string) {
+	l := leader(b)
+	l.ElectionBackend = kvv1.ElectionEtcd
+	l.Etcd = &kvv1.StoreEtcd{Endpoints: endpoints}
+	l.MultiTenancy = ptr.To(false)
+}
 
 func group(b *kvv1.KVCacheBackend, i int) *kvv1.MemberGroup {
 	return &b.Spec.Connection.Managed.Members[i]
@@ -313,8 +324,45 @@ func TestValidateBackend(t *testing.T) {
 		},
 		{
 			name:   "an unknown electionBackend is refused",
-			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ElectionBackend = "Etcd" },
-			want:   []string{leaderPath + `.electionBackend: Unsupported value: "Etcd": supported values: "Kubernetes", "None"`},
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).ElectionBackend = "Raft" },
+			want:   []string{leaderPath + `.electionBackend: Unsupported value: "Raft": supported values: "Kubernetes", "None", "Etcd"`},
+		},
+		{
+			name: "warm failover with an etcd, no tenants and standbys passes",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				warm(b, "store-etcd.gpustack-system.svc:2379", "10.0.0.9:2379")
+				leader(b).Replicas = ptr.To[int32](3)
+			},
+		},
+		{
+			name:   "warm failover without an etcd is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { warm(b); leader(b).Etcd = nil },
+			want:   []string{leaderPath + ".etcd.endpoints: Required value: electionBackend: Etcd keeps the masters' election and operation log in an etcd: name its client addresses, e.g. endpoints: [store-etcd.gpustack-system.svc:2379]"},
+		},
+		{
+			name:   "warm failover with tenants is refused, and says why",
+			mutate: func(b *kvv1.KVCacheBackend) { warm(b, "etcd:2379"); leader(b).MultiTenancy = ptr.To(true) },
+			want:   []string{leaderPath + ".multiTenancy: Invalid value: true: warm failover needs multiTenancy: false: the master evicts a tenant's objects for its quota without logging it, and after a failover the next master hands out another key's bytes for an evicted key (measured on the stock master with etcd healthy); set multiTenancy: false (Bindings' ceilings are then not enforced), or keep electionBackend: Kubernetes"},
+		},
+		{
+			name:   "an etcd endpoint with a scheme, a list in one entry, or no port is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { warm(b, "http://etcd:2379", "a:2379;b:2379", "etcd", "etcd:2379", "etcd:2379") },
+			want: []string{
+				leaderPath + `.etcd.endpoints[0]: Invalid value: "http://etcd:2379": one host:port per entry, without a scheme (the store's etcd client speaks plain gRPC), e.g. store-etcd.gpustack-system.svc:2379`,
+				leaderPath + `.etcd.endpoints[1]: Invalid value: "a:2379;b:2379": one host:port per entry, without a scheme (the store's etcd client speaks plain gRPC), e.g. store-etcd.gpustack-system.svc:2379`,
+				leaderPath + `.etcd.endpoints[2]: Invalid value: "etcd": ` + hostPortMsg,
+				leaderPath + `.etcd.endpoints[4]: Duplicate value: "etcd:2379"`,
+			},
+		},
+		{
+			name:   "an etcd on a Lease-electing leader is refused",
+			mutate: func(b *kvv1.KVCacheBackend) { leader(b).Etcd = &kvv1.StoreEtcd{Endpoints: []string{"etcd:2379"}} },
+			want:   []string{leaderPath + ".etcd: Forbidden: only electionBackend: Etcd reads leader.etcd (this leader elects with Kubernetes); remove it, or set electionBackend: Etcd for warm failover"},
+		},
+		{
+			name:   "the cluster id variable is the operator's on a member",
+			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraEnv = []corev1.EnvVar{{Name: "MC_STORE_CLUSTER_ID", Value: "x"}} },
+			want:   []string{membersPath + "[0].extraEnv[0].name: Forbidden: MC_STORE_CLUSTER_ID: the operator sets it from the backend's spec; remove it from extraEnv"},
 		},
 		{
 			name:   "an unknown memberAddressing is refused",
