@@ -153,6 +153,24 @@ func ClientEndpoint(backend, ns string, d values.Defaults) string {
 	return fmt.Sprintf("%s.%s.svc:%d", LeaderName(backend), ns, d.Store.RPCPort)
 }
 
+// ClientAddress is the master address engines of a managed backend are given: the leader
+// Service's RPC address, or with warm failover the store's etcd, where the serving master
+// advertises itself.
+func ClientAddress(b *kvv1.KVCacheBackend, ns string, d values.Defaults) string {
+	if m := b.Spec.Connection.Managed; m != nil && m.Leader.Warm() {
+		return WarmMasterAddress(m.Leader.Etcd)
+	}
+	return ClientEndpoint(b.Name, ns, d)
+}
+
+// ClusterIDOf is the cluster id engines of backend b carry: a warm-failover store's, else "".
+func ClusterIDOf(b *kvv1.KVCacheBackend) string {
+	if m := b.Spec.Connection.Managed; m != nil && m.Leader.Warm() {
+		return StoreClusterID(b)
+	}
+	return ""
+}
+
 // AdminEndpoint is the master HTTP address of a managed backend.
 func AdminEndpoint(backend, ns string, d values.Defaults) string {
 	return fmt.Sprintf("%s.%s.svc:%d", LeaderName(backend), ns, d.Store.AdminPort)

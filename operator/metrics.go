@@ -20,6 +20,8 @@ type Metrics struct {
 	ledgerWrites   *prometheus.CounterVec
 	lostObjects    *prometheus.CounterVec
 	lostBytes      *prometheus.CounterVec
+	failovers      *prometheus.CounterVec
+	failoverKept   *prometheus.CounterVec
 	observations   *Observations
 }
 
@@ -42,6 +44,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "kvcache_backend_lost_bytes_total",
 			Help: "Bytes of the objects a store lost, by backend and cause.",
 		}, []string{"backend", "cause"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvcache_backend_failovers_total",
+			Help: "New master processes a store's operator read, by backend and mode (Warm: it kept the objects of the one before; Cold: it started empty).",
+		}, []string{"backend", "mode"}),
+		failoverKept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvcache_backend_failover_kept_objects_total",
+			Help: "Objects a new master process kept of those the one before it held, by backend.",
+		}, []string{"backend"}),
 		observations: newObservations(),
 	}
 	var err error
@@ -55,6 +65,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.lostBytes, err = promutil.Register(reg, m.lostBytes); err != nil {
+		return nil, err
+	}
+	if m.failovers, err = promutil.Register(reg, m.failovers); err != nil {
+		return nil, err
+	}
+	if m.failoverKept, err = promutil.Register(reg, m.failoverKept); err != nil {
 		return nil, err
 	}
 	if m.observations, err = promutil.Register(reg, m.observations); err != nil {
@@ -91,6 +107,15 @@ func (m *Metrics) Lost(backend, cause string, objects, bytes int64) {
 	}
 	m.lostObjects.WithLabelValues(backend, cause).Add(float64(objects))
 	m.lostBytes.WithLabelValues(backend, cause).Add(float64(bytes))
+}
+
+// Failover counts a new master process and the objects it kept.
+func (m *Metrics) Failover(backend, mode string, kept int64) {
+	if m == nil {
+		return
+	}
+	m.failovers.WithLabelValues(backend, mode).Inc()
+	m.failoverKept.WithLabelValues(backend).Add(float64(kept))
 }
 
 // ScrapeFailed counts a failed read of endpoint ("health", "metrics", ...).

@@ -155,6 +155,7 @@ type Names struct {
 	MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv       string
 	GlobalSegmentSizeEnv, LocalBufferSizeEnv, LocalHostnameEnv string
 	TenantEnv, ConfigPathEnv, MetricEnv, BandwidthMetricEnv    string
+	ClusterIDEnv                                               string
 	MetadataServer                                             string
 	ConfigVolume, ConfigMountPath, ConfigFile, ConfigPath      string
 	MasterCommand, MemberCommand                               string
@@ -172,6 +173,7 @@ func TemplateNames() Names {
 		MasterEnv: MasterEnv, MetadataServerEnv: MetadataServerEnv, ProtocolEnv: ProtocolEnv, DeviceEnv: DeviceEnv,
 		GlobalSegmentSizeEnv: GlobalSegmentSizeEnv, LocalBufferSizeEnv: LocalBufferSizeEnv, LocalHostnameEnv: LocalHostnameEnv,
 		TenantEnv: TenantEnv, ConfigPathEnv: ConfigPathEnv, MetricEnv: MetricEnv, BandwidthMetricEnv: BandwidthMetricEnv,
+		ClusterIDEnv:   ClusterIDEnv,
 		MetadataServer: MetadataServer,
 		ConfigVolume:   ConfigVolume, ConfigMountPath: ConfigMountPath, ConfigFile: ConfigFile, ConfigPath: ConfigPath,
 		MasterCommand: MasterCommand, MemberCommand: MemberCommand,

@@ -437,6 +437,22 @@ type LeaderStatus struct {
 	// empty) or Warm (the next master replays the operation log and keeps the objects).
 	// +optional
 	Failover FailoverMode `json:"failover,omitempty"`
+	// LastFailover is the last new master process the operator read, and how many of the
+	// objects the master before it held it kept.
+	// +optional
+	LastFailover *FailoverObserved `json:"lastFailover,omitempty"`
+}
+
+// FailoverObserved is what a new master process kept of the objects the one before it held.
+type FailoverObserved struct {
+	// Time of the first read of the new master.
+	Time metav1.Time `json:"time"`
+	// Mode: Warm when the new master kept objects (or there were none to keep), else Cold.
+	Mode FailoverMode `json:"mode"`
+	// Kept and Lost count objects: the previous master's count split by what the new one
+	// holds.
+	Kept int64 `json:"kept"`
+	Lost int64 `json:"lost"`
 }
 
 // FailoverMode is what a change of the serving master does to the cache.
@@ -579,7 +595,7 @@ const (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoints[?(@.name=="Client")].address`
 // +kubebuilder:printcolumn:name="Capacity",type=string,JSONPath=`.status.capacity.total`
-// +kubebuilder:printcolumn:name="Failover",type=string,JSONPath=`.status.leader.failover`
+// +kubebuilder:printcolumn:name="Failover",type=string,priority=1,JSONPath=`.status.leader.failover`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Update-Pending",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="UpdatePending")].status`
 type KVCacheBackend struct {

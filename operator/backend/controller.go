@@ -610,14 +610,14 @@ func (r *Reconciler) observeWorkloads(_ context.Context, s *state) error {
 	if s.renderErr != nil {
 		set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonRenderFailed, renderFailedPrefix+s.renderErr.Error())
 	}
+	if b.Status.Leader == nil {
+		b.Status.Leader = &kvv1.LeaderStatus{}
+	}
+	b.Status.Leader.Failover = m.Leader.Failover()
 	if !m.Leader.Electing() {
 		removeCondition(b, kvv1.ConditionElectionObserved)
-		if l := b.Status.Leader; l != nil {
-			l.Holder, l.HolderSince, l.LeaseTransitions = "", nil, nil
-			if *l == (kvv1.LeaderStatus{}) {
-				b.Status.Leader = nil
-			}
-		}
+		l := b.Status.Leader
+		l.Holder, l.HolderSince, l.LeaseTransitions = "", nil, nil
 		return nil
 	}
 	r.observeLease(s, s.lease)

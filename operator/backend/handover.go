@@ -23,7 +23,9 @@ import (
 // leader, stops gracefully, its launcher releases the Lease, and an updated standby takes over
 // within seconds. Deleting the Pod instead would let its ReplicaSet start an old one again,
 // which could win the Lease and make a second handover. The master that takes over starts
-// empty (cold cache); the event says so.
+// empty (cold cache); the event says so. With warm failover the serving leader is the ready Pod
+// and the standbys run masters that follow the operation log: the one that takes over keeps
+// the cache.
 func (r *Reconciler) completeHandover(ctx context.Context, s *state) error {
 	b := s.backend
 	d := renderedLeader(s)
@@ -45,11 +47,12 @@ func (r *Reconciler) completeHandover(ctx context.Context, s *state) error {
 			old = append(old, p)
 		}
 	}
-	if len(old) != 1 || old[0].Labels[vocab.LabelStoreLeader] != "true" || int32(len(updated)) < *d.Spec.Replicas-1 {
+	warm := warm(b)
+	if len(old) != 1 || !serving(&old[0], warm) || int32(len(updated)) < *d.Spec.Replicas-1 {
 		return nil // the controller is still replacing standbys, or the leader runs the new template
 	}
 	for _, p := range updated {
-		if !campaigning(&p) {
+		if !standingBy(&p, warm) {
 			return nil
 		}
 	}
@@ -69,9 +72,15 @@ func (r *Reconciler) completeHandover(ctx context.Context, s *state) error {
 	if err := r.Client.Patch(ctx, live, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	r.Recorder.Eventf(b, &old[0], corev1.EventTypeNormal, "LeaderHandover", "Rollout",
-		"the new leader Pod template runs on every standby (%d); handing over once from the serving leader %s: it stops gracefully and releases the Lease, and an updated standby takes over. The master that takes over starts empty: every object cached before misses (cold cache)",
-		len(updated), old[0].Name)
+	if warm {
+		r.Recorder.Eventf(b, &old[0], corev1.EventTypeNormal, "LeaderHandover", "Rollout",
+			"the new leader Pod template runs on every standby (%d); handing over once from the serving leader %s: it stops, its claim in etcd runs out, and an updated standby takes over with the index it replayed from the operation log (warm: the objects cached before stay)",
+			len(updated), old[0].Name)
+	} else {
+		r.Recorder.Eventf(b, &old[0], corev1.EventTypeNormal, "LeaderHandover", "Rollout",
+			"the new leader Pod template runs on every standby (%d); handing over once from the serving leader %s: it stops gracefully and releases the Lease, and an updated standby takes over. The master that takes over starts empty: every object cached before misses (cold cache)",
+			len(updated), old[0].Name)
+	}
 	set(b, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonHandover,
 		fmt.Sprintf("handing over from %s, the last leader Pod on the previous template, to an updated standby", old[0].Name))
 	return nil
@@ -87,10 +96,22 @@ func renderedLeader(s *state) *appsv1.Deployment {
 	return nil
 }
 
-// campaigning reports whether a leader Pod's launcher runs and stands by for the Lease: it
-// labels its own Pod store-leader=false as a standby.
-func campaigning(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning || p.Labels[vocab.LabelStoreLeader] != "false" {
+// serving reports whether a leader Pod runs the serving master: its launcher labelled it
+// store-leader=true, or (warm failover, no launcher) it is ready, which only the serving master
+// is (a standby's segment listing answers 503).
+func serving(p *corev1.Pod, warm bool) bool {
+	if warm {
+		return podReady(p)
+	}
+	return p.Labels[vocab.LabelStoreLeader] == "true"
+}
+
+// standingBy reports whether a leader Pod stands by to take over: its launcher runs and
+// campaigns for the Lease (it labels its own Pod store-leader=false), or (warm failover) its
+// master runs as a standby, which replays the operation log as it comes and the rest of it
+// when it is promoted.
+func standingBy(p *corev1.Pod, warm bool) bool {
+	if p.Status.Phase != corev1.PodRunning || (!warm && p.Labels[vocab.LabelStoreLeader] != "false") || (warm && podReady(p)) {
 		return false
 	}
 	for _, c := range p.Status.ContainerStatuses {

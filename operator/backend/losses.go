@@ -78,18 +78,22 @@ func snapshotOf(rd storeReading) (storeSnapshot, bool) {
 }
 
 // lossBetween is what the store lost from prev to now (nil: nothing). newMaster says the master
-// answering now is a new process: everything prev held is gone.
-func lossBetween(prev, now storeSnapshot, newMaster bool, at time.Time) *kvv1.Loss {
+// answering now is a new process: everything prev held is gone, unless the store is warm, where
+// the new master replayed the operation log and only what it does not hold is gone.
+func lossBetween(prev, now storeSnapshot, newMaster, warm bool, at time.Time) *kvv1.Loss {
 	at = at.Truncate(time.Second)
 	if newMaster {
-		if prev.keys == 0 {
-			return nil
-		}
-		bytes := prev.charged
+		objects, bytes := prev.keys, prev.charged
 		if bytes == 0 {
 			bytes = prev.allocated
 		}
-		return &kvv1.Loss{Time: metav1.Time{Time: at}, Cause: kvv1.LossMasterRestarted, Objects: prev.keys, Bytes: *resource.NewQuantity(bytes, resource.BinarySI)}
+		if warm {
+			objects, bytes = prev.keys-now.keys, prev.allocated-now.allocated
+		}
+		if objects <= 0 {
+			return nil
+		}
+		return &kvv1.Loss{Time: metav1.Time{Time: at}, Cause: kvv1.LossMasterRestarted, Objects: objects, Bytes: *resource.NewQuantity(max(0, bytes), resource.BinarySI)}
 	}
 	if prev.segments == nil || now.segments == nil {
 		return nil
@@ -131,7 +135,10 @@ func (r *Reconciler) countLoss(s *state) {
 	if !seen {
 		return
 	}
-	l := lossBetween(prev, now, s.reading.master == newMaster, s.now)
+	if s.reading.master == newMaster {
+		r.failover(s, prev, now)
+	}
+	l := lossBetween(prev, now, s.reading.master == newMaster, warm(b), s.now)
 	if l == nil {
 		return
 	}
@@ -143,10 +150,39 @@ func (r *Reconciler) countLoss(s *state) {
 	b.Status.Lost.Last = l
 	r.Metrics.Lost(b.Name, l.Cause, l.Objects, l.Bytes.Value())
 	what := "the master answering is a new process that holds none of them"
+	if warm(b) {
+		what = "the master answering is a new process, and the operation log it replayed does not hold them"
+	}
 	if l.Cause == kvv1.LossMemberLost {
 		what = fmt.Sprintf("member segment %s went without its objects moved to the other members", l.Member)
 	}
 	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "ObjectsLost", "Observe",
 		"%d object(s) (%s) are gone from the store: %s; every engine that reads them misses and prefills again (%d objects, %s lost in all)",
 		l.Objects, l.Bytes.String(), what, b.Status.Lost.Objects, b.Status.Lost.Bytes.String())
+}
+
+// failover records what a new master process kept of the objects the one before it held:
+// status.leader.lastFailover, the failover metrics and, when a warm store's new master kept
+// them, a WarmFailover event (a cold one has had its ColdCache event, or gets it here when a
+// warm store's new master came up empty).
+func (r *Reconciler) failover(s *state, prev, now storeSnapshot) {
+	b := s.backend
+	kept := min(prev.keys, now.keys)
+	f := &kvv1.FailoverObserved{Time: metav1.Time{Time: s.now.Truncate(time.Second)}, Mode: kvv1.FailoverCold, Kept: kept, Lost: prev.keys - kept}
+	if warm(b) && (kept > 0 || prev.keys == 0) {
+		f.Mode = kvv1.FailoverWarm
+	}
+	if b.Status.Leader == nil {
+		b.Status.Leader = &kvv1.LeaderStatus{}
+	}
+	b.Status.Leader.LastFailover = f
+	r.Metrics.Failover(b.Name, string(f.Mode), kept)
+	switch {
+	case f.Mode == kvv1.FailoverWarm:
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "WarmFailover", "Observe",
+			"a new master process serves and replayed the operation log: it holds %d of the %d objects the master before it held (%d lost)", kept, prev.keys, f.Lost)
+	case warm(b):
+		r.coldCache(s, kvv1.ColdCacheMasterRestarted, f.Time,
+			fmt.Sprintf("a new master process serves and holds none of the %d objects the master before it held: its replay of the operation log kept nothing (its log says why: a refused restore is logged as \"Standby restore failed\"), so each of them misses (cold cache)", prev.keys))
+	}
 }

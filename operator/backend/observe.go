@@ -29,7 +29,8 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	b.Status.Endpoints = r.endpoints(b)
 	rd := r.readStore(ctx, s)
 	s.reading = rd
-	if rd.master == newMaster {
+	// A warm store's new master replayed the operation log: countLoss says what it kept.
+	if rd.master == newMaster && !warm(b) {
 		r.coldCache(s, kvv1.ColdCacheMasterRestarted, metav1.Time{Time: s.now},
 			fmt.Sprintf("the master answering at %s is a new process (its counters started over): it holds none of the objects cached before, so each of them misses (cold cache)", s.now.UTC().Format(time.RFC3339)))
 	}
@@ -42,6 +43,12 @@ func (r *Reconciler) observeStore(ctx context.Context, s *state) error {
 	s.figures = figuresOf(b, rd, s.memberPods)
 	r.countLoss(s)
 	return nil
+}
+
+// warm reports whether b's masters keep their index through a change of leader.
+func warm(b *kvv1.KVCacheBackend) bool {
+	m := b.Spec.Connection.Managed
+	return m != nil && m.Leader.Warm()
 }
 
 // storeReading is what one read of a store's admin API returned.
@@ -140,7 +147,7 @@ func (r *Reconciler) endpoints(b *kvv1.KVCacheBackend) []kvv1.Endpoint {
 	}
 	d := r.Renderer.Defaults()
 	return []kvv1.Endpoint{
-		{Name: kvv1.EndpointClient, Address: generator.ClientEndpoint(b.Name, r.SystemNamespace, d)},
+		{Name: kvv1.EndpointClient, Address: generator.ClientAddress(b, r.SystemNamespace, d)},
 		{Name: kvv1.EndpointAdmin, Address: generator.AdminEndpoint(b.Name, r.SystemNamespace, d)},
 	}
 }

@@ -459,7 +459,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, settle, "Ready", func(b *kvv1.KVCacheBackend) bool {
 		return b.Status.Phase == kvv1.PhaseReady
 	})
-	require.Nil(t, got.Status.Leader, "no cold cache reported while the first master ran")
+	require.Equal(t, &kvv1.LeaderStatus{Failover: kvv1.FailoverCold}, got.Status.Leader, "no cold cache reported while the first master ran")
 	killedAt := time.Now()
 	leader.proc.Kill()
 	got = eventually(t, c, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: backendName}}, 30*time.Second, "Error with no capacity",

@@ -80,6 +80,13 @@ func TestWalkthroughBackendBecomesReadyFromTheStore(t *testing.T) {
 	require.Len(t, lines, 2)
 	assert.Equal(t, []string{"NAME", "TYPE", "PHASE", "ENDPOINT", "CAPACITY", "AGE"}, strings.Fields(lines[0]))
 	assert.Equal(t, []string{"mooncake-dram", "Mooncake", "Ready", "mooncake-dram-leader.gpustack-system.svc:50051", "16Gi"}, strings.Fields(lines[1])[:5])
+	// -o wide says what a failover does to the cache.
+	out, err = exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "kvcb", "mooncake-dram", "-o", "wide").CombinedOutput()
+	require.NoError(t, err, string(out))
+	lines = strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 2)
+	assert.Equal(t, []string{"NAME", "TYPE", "PHASE", "ENDPOINT", "CAPACITY", "FAILOVER", "AGE", "UPDATE-PENDING"}, strings.Fields(lines[0]))
+	assert.Equal(t, "Cold", strings.Fields(lines[1])[5])
 	t.Logf("kubectl get kvcb:\n%s", out)
 
 	// A member that runs but has not registered is named, and the store is Degraded.

@@ -62,7 +62,7 @@ func TestFailoverIsAColdCache(t *testing.T) {
 	})
 	assert.Equal(t, fmt.Sprintf("held by failover-leader-6c9f-a since %s (0 holder change(s))", t0.UTC().Format(time.RFC3339)),
 		condition(got.Status.Conditions, kvv1.ConditionElectionObserved).Message)
-	assert.Equal(t, &kvv1.LeaderStatus{Holder: "failover-leader-6c9f-a", HolderSince: &metav1.Time{Time: t0}, LeaseTransitions: ptr.To[int32](0)}, got.Status.Leader,
+	assert.Equal(t, &kvv1.LeaderStatus{Holder: "failover-leader-6c9f-a", HolderSince: &metav1.Time{Time: t0}, LeaseTransitions: ptr.To[int32](0), Failover: kvv1.FailoverCold}, got.Status.Leader,
 		"the first holder seen is no change: nothing was cached before it")
 	time.Sleep(2 * time.Second) // the member pings the master: its counters grow
 
@@ -78,7 +78,7 @@ func TestFailoverIsAColdCache(t *testing.T) {
 		return b.Status.Leader != nil && b.Status.Leader.ColdCacheSince != nil
 	})
 	assert.Equal(t, &kvv1.LeaderStatus{Holder: "failover-leader-6c9f-b", HolderSince: &metav1.Time{Time: t1}, LeaseTransitions: ptr.To[int32](1),
-		ColdCacheSince: &metav1.Time{Time: t1}, ColdCacheReason: kvv1.ColdCacheLeaderChanged}, got.Status.Leader)
+		ColdCacheSince: &metav1.Time{Time: t1}, ColdCacheReason: kvv1.ColdCacheLeaderChanged, Failover: kvv1.FailoverCold}, got.Status.Leader)
 	assert.Nil(t, got.Status.Capacity, "no capacity from the master that was replaced")
 	assert.Equal(t, fmt.Sprintf("held by failover-leader-6c9f-b since %s (1 holder change(s))", t1.UTC().Format(time.RFC3339)),
 		condition(got.Status.Conditions, kvv1.ConditionElectionObserved).Message)
@@ -123,7 +123,7 @@ func TestMasterRestartIsAColdCache(t *testing.T) {
 	eventuallyBackend(t, "restart", "Error", func(b *kvv1.KVCacheBackend) bool { return b.Status.Phase == kvv1.PhaseError })
 	fake.SetDown(false)
 	got := eventuallyBackend(t, "restart", "Ready again", func(b *kvv1.KVCacheBackend) bool { return b.Status.Phase == kvv1.PhaseReady })
-	assert.Nil(t, got.Status.Leader, "the same master answering again lost nothing")
+	assert.Equal(t, &kvv1.LeaderStatus{Failover: kvv1.FailoverCold}, got.Status.Leader, "the same master answering again lost nothing")
 
 	restartedAt := time.Now()
 	fake.Restart()
