@@ -345,8 +345,10 @@ func TestValidateBackend(t *testing.T) {
 			want:   []string{leaderPath + ".multiTenancy: Invalid value: true: warm failover needs multiTenancy: false: the master evicts a tenant's objects for its quota without logging it, and after a failover the next master hands out another key's bytes for an evicted key (measured on the stock master with etcd healthy); set multiTenancy: false (Bindings' ceilings are then not enforced), or keep electionBackend: Kubernetes"},
 		},
 		{
-			name:   "an etcd endpoint with a scheme, a list in one entry, or no port is refused",
-			mutate: func(b *kvv1.KVCacheBackend) { warm(b, "http://etcd:2379", "a:2379;b:2379", "etcd", "etcd:2379", "etcd:2379") },
+			name: "an etcd endpoint with a scheme, a list in one entry, or no port is refused",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				warm(b, "http://etcd:2379", "a:2379;b:2379", "etcd", "etcd:2379", "etcd:2379")
+			},
 			want: []string{
 				leaderPath + `.etcd.endpoints[0]: Invalid value: "http://etcd:2379": one host:port per entry, without a scheme (the store's etcd client speaks plain gRPC), e.g. store-etcd.gpustack-system.svc:2379`,
 				leaderPath + `.etcd.endpoints[1]: Invalid value: "a:2379;b:2379": one host:port per entry, without a scheme (the store's etcd client speaks plain gRPC), e.g. store-etcd.gpustack-system.svc:2379`,
@@ -360,9 +362,11 @@ func TestValidateBackend(t *testing.T) {
 			want:   []string{leaderPath + ".etcd: Forbidden: only electionBackend: Etcd reads leader.etcd (this leader elects with Kubernetes); remove it, or set electionBackend: Etcd for warm failover"},
 		},
 		{
-			name:   "the cluster id variable is the operator's on a member",
-			mutate: func(b *kvv1.KVCacheBackend) { group(b, 0).ExtraEnv = []corev1.EnvVar{{Name: "MC_STORE_CLUSTER_ID", Value: "x"}} },
-			want:   []string{membersPath + "[0].extraEnv[0].name: Forbidden: MC_STORE_CLUSTER_ID: the operator sets it from the backend's spec; remove it from extraEnv"},
+			name: "the cluster id variable is the operator's on a member",
+			mutate: func(b *kvv1.KVCacheBackend) {
+				group(b, 0).ExtraEnv = []corev1.EnvVar{{Name: "MC_STORE_CLUSTER_ID", Value: "x"}}
+			},
+			want: []string{membersPath + "[0].extraEnv[0].name: Forbidden: MC_STORE_CLUSTER_ID: the operator sets it from the backend's spec; remove it from extraEnv"},
 		},
 		{
 			name:   "an unknown memberAddressing is refused",
