@@ -122,10 +122,19 @@ func StoreRestarts(ctx context.Context, o objects.Reader, r *generator.Renderer,
 	}
 	var warnings []string
 	leader := generator.LeaderName(obj.Name)
+	wasWarm, nowWarm := before.Spec.Connection.Managed.Leader.Warm(), after.Spec.Connection.Managed.Leader.Warm()
 	if h, ok := was[leader]; ok && now[leader] != "" && h != now[leader] {
-		if n := after.Spec.Connection.Managed.Leader.ReplicaCount(); n > 1 {
+		n := after.Spec.Connection.Managed.Leader.ReplicaCount()
+		switch {
+		case wasWarm && nowWarm && n > 1:
+			warnings = append(warnings, fmt.Sprintf("this change restarts the store's masters (the leader's Pod template changes): the %d leader replicas are replaced standbys first, then the serving leader hands over once to an updated standby, which replays the operation log and keeps the cache; the store serves no request for about 10 s while the leadership moves", n))
+		case wasWarm && nowWarm:
+			warnings = append(warnings, "this change restarts the store's master (the leader's Pod template changes): with one leader replica the master stops and the new one replays the operation log, so the cache stays, but the store is unavailable until it serves (with leader.replicas: 3 a standby takes over instead)")
+		case wasWarm != nowWarm:
+			warnings = append(warnings, fmt.Sprintf("this change moves the store between warm failover (electionBackend: Etcd) and the Lease: every master restarts and the new one starts with an empty index, so the cache is cold: every object cached on KVCacheBackend %s misses afterwards", obj.Name))
+		case n > 1:
 			warnings = append(warnings, fmt.Sprintf("this change restarts the store's master (the leader's Pod template changes): the %d leader replicas are replaced standbys first, then the serving leader hands over once, gracefully, to an updated standby; the master that takes over starts empty, so the cache is cold: every object cached on KVCacheBackend %s misses afterwards", n, obj.Name))
-		} else {
+		default:
 			warnings = append(warnings, fmt.Sprintf("this change restarts the store's master (the leader's Pod template changes): with one leader replica the master stops and starts empty, so the store is unavailable for seconds and the cache is cold: every object cached on KVCacheBackend %s misses afterwards (with leader.replicas: 3 it would be one graceful handover)", obj.Name))
 		}
 	}

@@ -63,6 +63,14 @@ func vtNoLedger(name string) *kvv1.KVCacheBackend {
 	return b
 }
 
+// vtWarm is a backend with warm failover (electionBackend: Etcd, no ledger).
+func vtWarm(name string) *kvv1.KVCacheBackend {
+	b := vtNoLedger(name)
+	b.Spec.Connection.Managed.Leader.ElectionBackend = kvv1.ElectionEtcd
+	b.Spec.Connection.Managed.Leader.Etcd = &kvv1.StoreEtcd{Endpoints: []string{"store-etcd.gpustack-system.svc:2379"}}
+	return b
+}
+
 func vtPool(name, backend string) *kvv1.KVCachePool {
 	return &kvv1.KVCachePool{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -318,13 +326,15 @@ func TestInvalidErrorNamesTheKindAndObject(t *testing.T) {
 
 func TestBackendValidator(t *testing.T) {
 	const (
-		leaderImage = "spec.image: Required value: no store image for the leader: set spec.image, or create the Setting kv-cache-backend-image (the chart installs it)"
-		tenancyPath = "spec.connection.managed.leader.multiTenancy: Forbidden: "
-		tenancyOne  = tenancyPath + "KVCachePool shared-dram uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true"
-		tenancyTwo  = tenancyPath + "KVCachePools shared-dram, spare-dram use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true"
-		restartOne  = "this change restarts the store's master (the leader's Pod template changes): with one leader replica the master stops and starts empty, so the store is unavailable for seconds and the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards (with leader.replicas: 3 it would be one graceful handover)"
-		handover    = "this change restarts the store's master (the leader's Pod template changes): the 3 leader replicas are replaced standbys first, then the serving leader hands over once, gracefully, to an updated standby; the master that takes over starts empty, so the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards"
-		members0    = "this change replaces the members of group 0 (their Pod template changes), one at a time: each drains its objects to the other members first, so they are moved, not lost, while the others have room"
+		leaderImage  = "spec.image: Required value: no store image for the leader: set spec.image, or create the Setting kv-cache-backend-image (the chart installs it)"
+		tenancyPath  = "spec.connection.managed.leader.multiTenancy: Forbidden: "
+		tenancyOne   = tenancyPath + "KVCachePool shared-dram uses this backend and its Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete the pool first, or keep multiTenancy: true"
+		tenancyTwo   = tenancyPath + "KVCachePools shared-dram, spare-dram use this backend and their Bindings' tenants live in the ledger; turning multi-tenancy off drops the ledger, so no ceiling would be enforced and every write would land in the store's default tenant; delete those pools first, or keep multiTenancy: true"
+		restartOne   = "this change restarts the store's master (the leader's Pod template changes): with one leader replica the master stops and starts empty, so the store is unavailable for seconds and the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards (with leader.replicas: 3 it would be one graceful handover)"
+		handover     = "this change restarts the store's master (the leader's Pod template changes): the 3 leader replicas are replaced standbys first, then the serving leader hands over once, gracefully, to an updated standby; the master that takes over starts empty, so the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards"
+		warmHandover = "this change restarts the store's masters (the leader's Pod template changes): the 3 leader replicas are replaced standbys first, then the serving leader hands over once to an updated standby, which replays the operation log and keeps the cache; the store serves no request for about 10 s while the leadership moves"
+		toWarm       = "this change moves the store between warm failover (electionBackend: Etcd) and the Lease: every master restarts and the new one starts with an empty index, so the cache is cold: every object cached on KVCacheBackend mooncake-dram misses afterwards"
+		members0     = "this change replaces the members of group 0 (their Pod template changes), one at a time: each drains its objects to the other members first, so they are moved, not lost, while the others have room"
 	)
 	tenancyOff := func(b *kvv1.KVCacheBackend) { b.Spec.Connection.Managed.Leader.MultiTenancy = ptr.To(false) }
 	tests := []vtCase[*kvv1.KVCacheBackend]{
@@ -405,6 +415,25 @@ func TestBackendValidator(t *testing.T) {
 				b.Spec.Connection.Managed.Leader.ExtraArgs = []string{"-default_kv_lease_ttl=10m"}
 			},
 			warn: admission.Warnings{handover},
+		},
+		{
+			name:    "a warm store's leader flag changed with standbys warns of one handover that keeps the cache",
+			cluster: []client.Object{vtImageSetting()},
+			old:     vtReplicas(vtWarm("mooncake-dram"), 3),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				b.Spec.Connection.Managed.Leader.ExtraArgs = []string{"-default_kv_lease_ttl=10m"}
+			},
+			warn: admission.Warnings{warmHandover},
+		},
+		{
+			name:    "turning warm failover on warns that this once the cache is cold, and that members are replaced",
+			cluster: []client.Object{vtImageSetting()},
+			old:     vtReplicas(vtNoLedger("mooncake-dram"), 3),
+			mutate: func(b *kvv1.KVCacheBackend) {
+				w := vtWarm("mooncake-dram")
+				b.Spec.Connection.Managed.Leader.ElectionBackend, b.Spec.Connection.Managed.Leader.Etcd = w.Spec.Connection.Managed.Leader.ElectionBackend, w.Spec.Connection.Managed.Leader.Etcd
+			},
+			warn: admission.Warnings{toWarm, members0},
 		},
 		{
 			name:    "scaling the leader from one replica to three restarts nothing, so it warns of nothing",
