@@ -25,8 +25,6 @@ type FragmentInput struct {
 	Dtype string
 	// Role selects the vLLM family's kv_role.
 	Role engines.Role
-	// ClusterID is a warm-failover store's id in etcd (the pool's clusterID); "" otherwise.
-	ClusterID string
 }
 
 // fragmentValues are the template's data, and the key of the fragment cache: every field is
@@ -37,7 +35,6 @@ type fragmentValues struct {
 	Master          string
 	Protocol        string
 	Tenant          string
-	ClusterID       string
 	Dtype           string
 	Connector       string
 	Mode            string
@@ -63,7 +60,6 @@ func (r *Renderer) RenderFragment(in FragmentInput) (*engines.Fragment, error) {
 		Master:           in.Master,
 		Protocol:         in.Protocol,
 		Tenant:           in.Tenant,
-		ClusterID:        in.ClusterID,
 		Dtype:            in.Dtype,
 		Connector:        in.Engine.Connector,
 		Mode:             in.Engine.ClientMode,

@@ -105,9 +105,8 @@ func storeSpecHashes(in StoreInput) (map[string]string, error) {
 			Transport kvv1.Transport
 			Group     kvv1.MemberGroup
 			Electing  bool
-			Warm      bool            `json:",omitempty"`
-			Etcd      *kvv1.StoreEtcd `json:",omitempty"`
-		}{common, b.Spec.Transport, m.Members[i], m.Leader.Electing(), m.Leader.Warm(), m.Leader.Etcd})
+			Warm      bool `json:",omitempty"`
+		}{common, b.Spec.Transport, m.Members[i], m.Leader.Electing(), m.Leader.Warm()})
 		if err != nil {
 			return nil, err
 		}

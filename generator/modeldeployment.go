@@ -26,8 +26,6 @@ type CacheInput struct {
 	Tenant string
 	// Dtype is the Binding's dtype; "" when the Setting leaves the dtype to containers.
 	Dtype string
-	// ClusterID is the pool's clusterID (a warm-failover store); "" otherwise.
-	ClusterID string
 }
 
 // ModelDeploymentInput is everything a ModelDeployment's rendered workloads depend on.
@@ -246,7 +244,7 @@ func (r *Renderer) attachCache(d *appsv1.Deployment, roles []roleValues, c *Cach
 	if rv == nil {
 		return fmt.Errorf("rendered Deployment %s matches no role", d.Name)
 	}
-	frag, err := r.RenderFragment(FragmentInput{Engine: rv.engine, Master: c.Master, Protocol: c.Protocol, Tenant: c.Tenant, Dtype: c.Dtype, Role: rv.role, ClusterID: c.ClusterID})
+	frag, err := r.RenderFragment(FragmentInput{Engine: rv.engine, Master: c.Master, Protocol: c.Protocol, Tenant: c.Tenant, Dtype: c.Dtype, Role: rv.role})
 	if err != nil {
 		return err
 	}

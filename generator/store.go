@@ -153,24 +153,6 @@ func ClientEndpoint(backend, ns string, d values.Defaults) string {
 	return fmt.Sprintf("%s.%s.svc:%d", LeaderName(backend), ns, d.Store.RPCPort)
 }
 
-// ClientAddress is the master address engines of a managed backend are given: the leader
-// Service's RPC address, or with warm failover the store's etcd, where the serving master
-// advertises itself.
-func ClientAddress(b *kvv1.KVCacheBackend, ns string, d values.Defaults) string {
-	if m := b.Spec.Connection.Managed; m != nil && m.Leader.Warm() {
-		return WarmMasterAddress(m.Leader.Etcd)
-	}
-	return ClientEndpoint(b.Name, ns, d)
-}
-
-// ClusterIDOf is the cluster id engines of backend b carry: a warm-failover store's, else "".
-func ClusterIDOf(b *kvv1.KVCacheBackend) string {
-	if m := b.Spec.Connection.Managed; m != nil && m.Leader.Warm() {
-		return StoreClusterID(b)
-	}
-	return ""
-}
-
 // AdminEndpoint is the master HTTP address of a managed backend.
 func AdminEndpoint(backend, ns string, d values.Defaults) string {
 	return fmt.Sprintf("%s.%s.svc:%d", LeaderName(backend), ns, d.Store.AdminPort)
@@ -251,17 +233,15 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	// Members reach the master through the leader Service, whichever Pod serves it: a member
 	// re-registers by itself when a new master answers at the same address. (Lease addressing
 	// names k8s://, which no published member reads; admission refuses it.)
-	// Warm members find the serving master through etcd instead.
+	// With warm failover too: only the serving master listens on its RPC port and is Ready, and
+	// the store's etcd stays reachable from the masters alone (tenants' Pods never need it).
 	master, admin := ClientEndpoint(b.Name, ns, d), AdminEndpoint(b.Name, ns, d)
-	if l.Warm() {
-		master = WarmMasterAddress(l.Etcd)
-	}
 	launcherImage := in.OperatorImage
 	if launcherImage == "" {
 		launcherImage = d.OperatorImage
 	}
 	for i, g := range m.Members {
-		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage, clusterID: StoreClusterID(b)}, in.BackendImageSetting, d)
+		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage}, in.BackendImageSetting, d)
 		if err != nil {
 			return nil, err
 		}
@@ -318,8 +298,6 @@ func allocationFlag(s kvv1.AllocationStrategy) string {
 // and admin (its preStop drain) addresses, and the operator's image the drain is copied from.
 type memberEndpoints struct {
 	master, admin, launcherImage string
-	// clusterID is the store's id in etcd (warm failover only).
-	clusterID string
 }
 
 // A put that stays unfinished longer than this is never discarded early: 10 years, beyond any
@@ -353,17 +331,11 @@ func etcdList(e *kvv1.StoreEtcd) string {
 	return strings.Join(e.Endpoints, ";")
 }
 
-// WarmMasterAddress is the master address members and engines are given in warm failover: the
-// store's etcd, where the serving master advertises itself.
-func WarmMasterAddress(e *kvv1.StoreEtcd) string {
-	return "etcd://" + etcdList(e)
-}
-
 // maxClusterIDLen is the store's limit on a cluster id.
 const maxClusterIDLen = 128
 
 // StoreClusterID is the id a warm-failover store keeps its election and operation log under in
-// etcd, which members and engines must carry: the backend's name and, once it has one, its UID,
+// etcd: the backend's name and, once it has one, its UID,
 // so a backend deleted and created again under the same name never replays the log of the one
 // before (whose index names segments of members that are gone).
 func StoreClusterID(b *kvv1.KVCacheBackend) string {
@@ -415,7 +387,6 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e member
 		corev1.EnvVar{Name: vocab.DrainAdminEnv, Value: e.admin},
 		fieldEnv(vocab.DrainPodIPEnv, "status.podIP"))
 	if b.Spec.Connection.Managed.Leader.Warm() {
-		mv.Env = append(mv.Env, corev1.EnvVar{Name: vocab.ClusterIDEnv, Value: e.clusterID})
 		// A restarted member registers under a segment name the serving master has never seen
 		// for its host: the index the next master replays may still hold its old objects, and
 		// under the old name those would read back the new member's memory.

@@ -199,7 +199,7 @@ func (i *Injector) attach(ctx context.Context, r objects.Reader, namespace strin
 		return nil, rf, nil
 	}
 	ci := res.CacheInput(dtypeOwned)
-	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role, ClusterID: ci.ClusterID})
+	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -438,8 +438,6 @@ type Attachment struct {
 	Domain   string
 	Master   string
 	Protocol string
-	// ClusterID is a warm-failover store's id in etcd ("" otherwise).
-	ClusterID string
 	// TenantLedger is false when the backend keeps no tenant ledger: the tenant is still written
 	// (the Binding owns it), and the master ignores it.
 	TenantLedger bool
@@ -447,7 +445,7 @@ type Attachment struct {
 
 // CacheInput is the generator's view of an attachment.
 func (a Attachment) CacheInput(dtypeOwned bool) generator.CacheInput {
-	c := generator.CacheInput{Master: a.Master, Protocol: a.Protocol, Tenant: a.Domain, ClusterID: a.ClusterID}
+	c := generator.CacheInput{Master: a.Master, Protocol: a.Protocol, Tenant: a.Domain}
 	if dtypeOwned {
 		c.Dtype = a.Binding.Spec.Domain.Dtype
 	}
@@ -489,7 +487,7 @@ func Resolve(ctx context.Context, r objects.Reader, ns, binding string, e engine
 	if p.Status.ClientEndpoint == "" {
 		return att, refuse(ReasonNoEndpoint, "KVCachePool %q has no clientEndpoint yet, so there is no store address to hand the engine; retry once the operator has reconciled the pool (kubectl get kvcp %s)", poolName, poolName)
 	}
-	att.Master, att.ClusterID = p.Status.ClientEndpoint, p.Status.ClusterID
+	att.Master = p.Status.ClientEndpoint
 	protocol, rf := Transport(e, chain.Backend, poolName)
 	if rf != nil {
 		return att, rf

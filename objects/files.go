@@ -79,8 +79,7 @@ func DerivePoolStatus(p *kvv1.KVCachePool, b *kvv1.KVCacheBackend, systemNamespa
 		if systemNamespace == "" {
 			systemNamespace = generator.DefaultSystemNamespace
 		}
-		p.Status.ClientEndpoint = generator.ClientAddress(b, systemNamespace, d)
-		p.Status.ClusterID = generator.ClusterIDOf(b)
+		p.Status.ClientEndpoint = generator.ClientEndpoint(b.Name, systemNamespace, d)
 		if !m.Leader.MultiTenancyEnabled() {
 			cond = metav1.Condition{Type: kvv1.ConditionQuotaLedgerAvailable, Status: metav1.ConditionFalse, Reason: kvv1.ReasonMultiTenancyDisabled, Message: "the backend's leader runs without multi-tenancy"}
 		}

@@ -138,9 +138,6 @@ const (
 	// segment names its member registered.
 	DrainAdminEnv = "KVCACHE_MASTER_ADMIN"
 	DrainPodIPEnv = "KVCACHE_POD_IP"
-	// ClusterIDEnv is the store's id in etcd that a warm-failover store's members and clients
-	// carry, read by the store's own client library.
-	ClusterIDEnv = "MC_STORE_CLUSTER_ID"
 )
 
 // Names is the vocabulary as the templates read it (.Names.X): every name a template writes
@@ -155,7 +152,6 @@ type Names struct {
 	MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv       string
 	GlobalSegmentSizeEnv, LocalBufferSizeEnv, LocalHostnameEnv string
 	TenantEnv, ConfigPathEnv, MetricEnv, BandwidthMetricEnv    string
-	ClusterIDEnv                                               string
 	MetadataServer                                             string
 	ConfigVolume, ConfigMountPath, ConfigFile, ConfigPath      string
 	MasterCommand, MemberCommand                               string
@@ -173,7 +169,6 @@ func TemplateNames() Names {
 		MasterEnv: MasterEnv, MetadataServerEnv: MetadataServerEnv, ProtocolEnv: ProtocolEnv, DeviceEnv: DeviceEnv,
 		GlobalSegmentSizeEnv: GlobalSegmentSizeEnv, LocalBufferSizeEnv: LocalBufferSizeEnv, LocalHostnameEnv: LocalHostnameEnv,
 		TenantEnv: TenantEnv, ConfigPathEnv: ConfigPathEnv, MetricEnv: MetricEnv, BandwidthMetricEnv: BandwidthMetricEnv,
-		ClusterIDEnv:   ClusterIDEnv,
 		MetadataServer: MetadataServer,
 		ConfigVolume:   ConfigVolume, ConfigMountPath: ConfigMountPath, ConfigFile: ConfigFile, ConfigPath: ConfigPath,
 		MasterCommand: MasterCommand, MemberCommand: MemberCommand,

@@ -299,12 +299,13 @@ type Leader struct {
 }
 
 // StoreEtcd is an etcd cluster a warm-failover store keeps its leader election and operation
-// log in. The store's etcd client speaks plain gRPC (it has no TLS settings), so the etcd is to
-// be reachable only from the store's and the engines' Pods.
+// log in. Only the masters use it: members and engines reach the serving master through the
+// leader Service, as with the Lease. The store's etcd client speaks plain gRPC (it has no TLS
+// settings), so the etcd is to be reachable from the store's leader Pods alone: whoever can
+// write there can take the store over.
 type StoreEtcd struct {
 	// Endpoints are the etcd cluster's client addresses, host:port each, e.g.
-	// store-etcd.gpustack-system.svc:2379. Masters, members and every injected engine reach
-	// them.
+	// store-etcd.gpustack-system.svc:2379.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=7
 	// +listType=atomic

@@ -53,11 +53,6 @@ type KVCachePoolStatus struct {
 	// ClientEndpoint is the backend's Client endpoint, which injection hands to engines.
 	// +optional
 	ClientEndpoint string `json:"clientEndpoint,omitempty"`
-	// ClusterID is the id a warm-failover backend keeps its store under in etcd, which
-	// injection hands to engines beside the clientEndpoint (an etcd:// address); empty for
-	// every other backend.
-	// +optional
-	ClusterID string `json:"clusterID,omitempty"`
 	// Usage of the pool as the store reports it.
 	// +optional
 	Usage PoolUsage `json:"usage,omitempty"`

@@ -147,7 +147,7 @@ func (r *Reconciler) endpoints(b *kvv1.KVCacheBackend) []kvv1.Endpoint {
 	}
 	d := r.Renderer.Defaults()
 	return []kvv1.Endpoint{
-		{Name: kvv1.EndpointClient, Address: generator.ClientAddress(b, r.SystemNamespace, d)},
+		{Name: kvv1.EndpointClient, Address: generator.ClientEndpoint(b.Name, r.SystemNamespace, d)},
 		{Name: kvv1.EndpointAdmin, Address: generator.AdminEndpoint(b.Name, r.SystemNamespace, d)},
 	}
 }

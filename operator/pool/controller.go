@@ -357,7 +357,6 @@ func (r *Reconciler) resolveBackend(ctx context.Context, s *state) error {
 			p.Status.ClientEndpoint = e.Address
 		}
 	}
-	p.Status.ClusterID = generator.ClusterIDOf(b)
 	s.admin = r.Admin(b)
 	// Domains held on this backend across all of its pools, first registration first.
 	return r.domainHolders(ctx, s)

@@ -126,14 +126,13 @@ var (
 		vocab.MasterEnv: envFromSpec, vocab.MetadataServerEnv: envFromSpec, vocab.ProtocolEnv: envFromSpec,
 		vocab.LocalHostnameEnv: envFromPod, vocab.GlobalSegmentSizeEnv: envFromSpec,
 		vocab.LocalBufferSizeEnv: envFromSpec, vocab.MetricEnv: envMetric, vocab.DeviceEnv: envDeviceUnset,
-		vocab.DrainAdminEnv: envDrain, vocab.DrainPodIPEnv: envDrain, vocab.ClusterIDEnv: envFromSpec,
+		vocab.DrainAdminEnv: envDrain, vocab.DrainPodIPEnv: envDrain,
 		// A config file replaces every variable above.
 		vocab.ConfigPathEnv: "a configuration file would replace every MOONCAKE_* variable the operator sets",
 	}
 	derivedLeaderEnv = map[string]string{
 		"POD_NAME": envLauncher, "POD_NAMESPACE": envLauncher,
 		vocab.DrainPodIPEnv: "the operator sets it from the Pod itself (the downward API): a warm-failover master advertises it in etcd",
-		vocab.ClusterIDEnv:  "the operator sets the store's cluster id in the master's flags",
 	}
 	// Store client attributes a member's -D key=value could override; the operator sets each
 	// through the environment.

@@ -362,13 +362,6 @@ func TestValidateBackend(t *testing.T) {
 			want:   []string{leaderPath + ".etcd: Forbidden: only electionBackend: Etcd reads leader.etcd (this leader elects with Kubernetes); remove it, or set electionBackend: Etcd for warm failover"},
 		},
 		{
-			name: "the cluster id variable is the operator's on a member",
-			mutate: func(b *kvv1.KVCacheBackend) {
-				group(b, 0).ExtraEnv = []corev1.EnvVar{{Name: "MC_STORE_CLUSTER_ID", Value: "x"}}
-			},
-			want: []string{membersPath + "[0].extraEnv[0].name: Forbidden: MC_STORE_CLUSTER_ID: the operator sets it from the backend's spec; remove it from extraEnv"},
-		},
-		{
 			name:   "an unknown memberAddressing is refused",
 			mutate: func(b *kvv1.KVCacheBackend) { leader(b).MemberAddressing = "DNS" },
 			want:   []string{leaderPath + `.memberAddressing: Unsupported value: "DNS": supported values: "Service", "Lease"`},
