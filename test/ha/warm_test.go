@@ -17,19 +17,29 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
-// TestStockWarmFailover measures the stock master's own high availability: masters that elect
-// through etcd and write every change of their index to an operation log there, which a standby
-// replays (-enable_ha -ha_backend_type=etcd -enable_oplog), with the real etcd, masters, member
-// and client. The first two cases are what it does keep: every object through a kill of the
-// leader, and, without tenants, a full cache's survivors. It is not offered, and
-// leader.extraArgs refuses its flags, because the same masters return another key's bytes with
-// a success code, or come back empty for good, after ordinary operations near or before a
-// failover: each later case is one of them. The last needs no fault but the failover itself: a
-// tenant at its quota (every Binding's ceiling is one) puts, then removes, one object. Should a
-// new store release change these outcomes, this test fails and the decision is to be made again.
+// TestStockWarmFailover measures the stock master's own high availability, which warm failover
+// (leader.electionBackend: Etcd) runs: masters that elect through etcd and write every change of
+// their index to an operation log there, which a standby replays (-enable_ha
+// -ha_backend_type=etcd -enable_oplog), with the real etcd, masters, members and client. The
+// first cases are what it keeps: every object through kills of the leader with the flags the
+// operator renders and members and a client behind one address (the leader Service), and,
+// without tenants, a full cache's survivors. The later cases are how the same masters return
+// another key's bytes with a success code, or come back empty for good, after ordinary
+// operations near or before a failover, and what closes each: the rendered discard timeout, and
+// multiTenancy: false (admission refuses warm failover with tenants: a tenant at its quota that
+// puts, then removes, one object is enough, with no fault but the failover itself). Should a new
+// store release change these outcomes, this test fails and the decision is to be made again.
 func TestStockWarmFailover(t *testing.T) {
 	bin := mooncaketest.Bin(t, "python")
 	etcdBin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "etcd")
@@ -51,6 +61,39 @@ func TestStockWarmFailover(t *testing.T) {
 		assert.Len(t, r.OK, len(keys), "every object reads back byte for byte: %d missing, %d wrong", len(r.Missing), len(r.Wrong))
 		assert.Empty(t, r.Wrong)
 		t.Logf("kill -9 of the serving master: the standby served %s later, with %d of %d objects", served.Sub(t0).Round(time.Millisecond), len(r.OK), len(keys))
+	})
+
+	t.Run("as the operator renders it, behind the leader Service's address, members and a client keep every object through kills of the leader", func(t *testing.T) {
+		// The masters run with the rendered flags; members and the client reach whichever serves
+		// at one address, with neither etcd:// nor the cluster id: the etcd is the masters' alone.
+		w := startWarm(t, bin, etcdBin, warmOptions{service: true, args: renderedWarmFlags(t)})
+		second := mooncaketest.Start(t, "mc_store_rest_server", 5*time.Second, []string{
+			"MOONCAKE_MASTER=" + w.master, "MOONCAKE_TE_META_DATA_SERVER=P2PHANDSHAKE", "MOONCAKE_PROTOCOL=tcp",
+			"MOONCAKE_LOCAL_HOSTNAME=127.0.0.3", "MOONCAKE_GLOBAL_SEGMENT_SIZE=" + strconv.Itoa(64<<20), "MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
+		}, filepath.Join(bin, "mc_store_rest_server"), "--port="+strconv.Itoa(mooncaketest.FreePorts(t, 1)[0]))
+		_ = second
+		keys := mooncaketest.Keys("service", 100)
+		w.client.Put(t, keys, 64<<10)
+		time.Sleep(time.Second) // the last records reach etcd
+		for round := 1; round <= 3; round++ {
+			t0 := time.Now()
+			old := w.kill()
+			served := w.awaitLeader(old, 60*time.Second)
+			var r mooncaketest.Reads
+			readAt, err := poll(30*time.Second, func() error {
+				r = w.client.Get(t, keys, 64<<10)
+				if len(r.OK)+len(r.Wrong) < len(keys) {
+					return fmt.Errorf("%d missing", len(r.Missing))
+				}
+				return nil
+			})
+			t.Logf("kill %d: a new master served %s later; every object read back %s later (%v): %d read back, %d missing, %d wrong",
+				round, served.Sub(t0).Round(time.Millisecond), readAt.Sub(t0).Round(time.Millisecond), err, len(r.OK), len(r.Missing), len(r.Wrong))
+			assert.Len(t, r.OK, len(keys), "kill %d: every object reads back byte for byte", round)
+			assert.Empty(t, r.Wrong, "kill %d: no read returns another key's bytes", round)
+			w.client.Put(t, []string{"after-" + strconv.Itoa(round)}, 4096)
+			w.addMaster(nil) // the killed master's Pod restarts as a standby
+		}
 	})
 
 	t.Run("without tenants, a full cache's evictions are logged and the standby keeps what was left", func(t *testing.T) {
@@ -143,6 +186,40 @@ func TestStockWarmFailover(t *testing.T) {
 	})
 }
 
+// renderedWarmFlags are the master flags the operator renders for warm failover, less those the
+// test sets for its own processes (ports, addresses, the etcd and the cluster id).
+func renderedWarmFlags(t *testing.T) []string {
+	t.Helper()
+	b := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "warm", UID: "0b9e4d2c-7a61-4f3e-9c58-2d1e6f7a8b90"}}
+	b.Spec.Connection.Managed = &kvv1.ManagedConnection{
+		Leader: kvv1.Leader{Replicas: ptr.To[int32](2), ElectionBackend: kvv1.ElectionEtcd, MultiTenancy: ptr.To(false),
+			Etcd: &kvv1.StoreEtcd{Endpoints: []string{"etcd:2379"}}},
+		Members: []kvv1.MemberGroup{{NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("64Mi")}},
+	}
+	b.Default()
+	r, err := generator.NewRenderer()
+	require.NoError(t, err)
+	objs, err := r.RenderStore(generator.StoreInput{Backend: b, BackendImageSetting: kvv1.DefaultKVCacheBackendImage})
+	require.NoError(t, err)
+	var flags []string
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Name == generator.LeaderName(b.Name) {
+			c := d.Spec.Template.Spec.Containers[0]
+			require.Equal(t, []string{vocab.MasterCommand}, c.Command, "warm masters run without the launcher")
+			for _, a := range c.Args {
+				key, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				switch key {
+				case "rpc_port", "metrics_port", "rpc_address", "ha_backend_connstring", "cluster_id":
+				default:
+					flags = append(flags, a)
+				}
+			}
+		}
+	}
+	require.Contains(t, flags, "-enable_oplog=true", "the rendered master keeps an operation log")
+	return flags
+}
+
 // reputWhileRemoving: with etcd paused, puts Z (its record waits, and every later one behind
 // it), removes A, puts A again (other bytes) and puts B, kills the leader, lets etcd go on,
 // and says whose bytes a read of A returns on the next leader ("" when it keeps missing).
@@ -233,15 +310,28 @@ type warmStore struct {
 	masters []*mooncaketest.Master
 	member  *mooncaketest.Proc
 	client  *mooncaketest.Client
+	// args are the masters' flags; master and env what members and clients are given.
+	args   []string
+	master string
+	env    []string
+}
+
+// addMaster starts one more master (a standby while another serves).
+func (w *warmStore) addMaster(tenants []string) {
+	w.masters = append(w.masters, mooncaketest.StartMaster(w.t, w.bin, mooncaketest.MasterOptions{Tenants: tenants, Quota: warmQuota, Standby: true, Args: w.args}))
 }
 
 const warmQuota = 1 << 20
 
 // warmOptions: the tenants in the masters' ledger (none: multi-tenancy off), flags added to the
-// masters', and the member's segment (0: 64 MiB).
+// masters', and the member's segment (0: 64 MiB). service: the masters share one RPC port,
+// which only the serving one binds, and the member and client address it there, as they do the
+// leader Service, without etcd:// and without the cluster id (as the operator renders warm
+// failover); otherwise they address etcd://.
 type warmOptions struct {
 	tenants, args []string
 	segment       int
+	service       bool
 }
 
 func startWarm(t *testing.T, bin, etcdBin string, o warmOptions) *warmStore {
@@ -262,16 +352,21 @@ func startWarm(t *testing.T, bin, etcdBin string, o warmOptions) *warmStore {
 	require.NoError(t, err, "etcd answers")
 	args := append([]string{"-enable_ha=true", "-ha_backend_type=etcd", "-ha_backend_connstring=" + w.etcdURL,
 		"-enable_oplog=true", "-cluster_id=" + w.cluster, "-rpc_address=127.0.0.1"}, o.args...)
+	master, env := "etcd://"+strings.TrimPrefix(w.etcdURL, "http://"), []string{"MC_STORE_CLUSTER_ID=" + w.cluster}
+	if o.service {
+		port := mooncaketest.FreePorts(t, 1)[0]
+		args = append(args, "-rpc_port="+strconv.Itoa(port)) // the last value wins
+		master, env = "127.0.0.1:"+strconv.Itoa(port), nil
+	}
+	w.args, w.master, w.env = args, master, env
 	for range 2 {
-		m := mooncaketest.StartMaster(t, bin, mooncaketest.MasterOptions{Tenants: o.tenants, Quota: warmQuota, Standby: true, Args: args})
-		w.masters = append(w.masters, m)
+		w.addMaster(o.tenants)
 		if len(w.masters) == 1 {
 			w.awaitLeader(nil, 30*time.Second) // the first leads
 		}
 	}
-	env := []string{"MC_STORE_CLUSTER_ID=" + w.cluster}
 	w.member = mooncaketest.Start(t, "mc_store_rest_server", 5*time.Second, append([]string{
-		"MOONCAKE_MASTER=etcd://" + strings.TrimPrefix(w.etcdURL, "http://"),
+		"MOONCAKE_MASTER=" + master,
 		"MOONCAKE_TE_META_DATA_SERVER=P2PHANDSHAKE", "MOONCAKE_PROTOCOL=tcp", "MOONCAKE_LOCAL_HOSTNAME=127.0.0.2",
 		"MOONCAKE_GLOBAL_SEGMENT_SIZE=" + strconv.Itoa(cmp.Or(o.segment, 64<<20)), "MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
 	}, env...), filepath.Join(bin, "mc_store_rest_server"), "--port="+strconv.Itoa(mooncaketest.FreePorts(t, 1)[0]))
@@ -281,7 +376,7 @@ func startWarm(t *testing.T, bin, etcdBin string, o warmOptions) *warmStore {
 	if len(o.tenants) > 0 {
 		id = o.tenants[0]
 	}
-	w.client = mooncaketest.StartClientAt(t, bin, "etcd://"+strings.TrimPrefix(w.etcdURL, "http://"), id, env)
+	w.client = mooncaketest.StartClientAt(t, bin, master, id, env)
 	return w
 }
 
