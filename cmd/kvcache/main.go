@@ -48,7 +48,7 @@ func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
-	root.AddCommand(newRenderCommand(), newInjectCommand(), newManagerCommand(), newVersionCommand(), newElectCommand(), newCopySelfCommand(), newDrainMemberCommand(), newCheckCommand())
+	root.AddCommand(newRenderCommand(), newInjectCommand(), newManagerCommand(), newVersionCommand(), newElectCommand(), newCopySelfCommand(), newDrainMemberCommand(), newCheckCommand(), newMemberRunCommand())
 	return root
 }
 
