@@ -67,11 +67,7 @@ func TestStockWarmFailover(t *testing.T) {
 		// The masters run with the rendered flags; members and the client reach whichever serves
 		// at one address, with neither etcd:// nor the cluster id: the etcd is the masters' alone.
 		w := startWarm(t, bin, etcdBin, warmOptions{service: true, args: renderedWarmFlags(t)})
-		second := mooncaketest.Start(t, "mc_store_rest_server", 5*time.Second, []string{
-			"MOONCAKE_MASTER=" + w.master, "MOONCAKE_TE_META_DATA_SERVER=P2PHANDSHAKE", "MOONCAKE_PROTOCOL=tcp",
-			"MOONCAKE_LOCAL_HOSTNAME=127.0.0.3", "MOONCAKE_GLOBAL_SEGMENT_SIZE=" + strconv.Itoa(64<<20), "MOONCAKE_LOCAL_BUFFER_SIZE=16777216",
-		}, filepath.Join(bin, "mc_store_rest_server"), "--port="+strconv.Itoa(mooncaketest.FreePorts(t, 1)[0]))
-		_ = second
+		w.startMember("127.0.0.3")
 		keys := mooncaketest.Keys("service", 100)
 		w.client.Put(t, keys, 64<<10)
 		time.Sleep(time.Second) // the last records reach etcd
@@ -314,6 +310,8 @@ type warmStore struct {
 	args   []string
 	master string
 	env    []string
+	// hosts are the members started after the first (startMember), by address.
+	hosts []string
 }
 
 // addMaster starts one more master (a standby while another serves).
@@ -393,7 +391,7 @@ func (w *warmStore) serving() *mooncaketest.Master {
 	return nil
 }
 
-// segmentMounted: the serving master lists a segment.
+// segmentMounted: the serving master lists a segment of every member.
 func (w *warmStore) segmentMounted() error {
 	m := w.serving()
 	if m == nil {
@@ -411,6 +409,11 @@ func (w *warmStore) segmentMounted() error {
 	}
 	if d.Total == 0 {
 		return fmt.Errorf("no segment mounted")
+	}
+	for _, host := range w.hosts {
+		if !strings.Contains(string(body), `"`+host+":") {
+			return fmt.Errorf("no segment of the member at %s", host)
+		}
 	}
 	return nil
 }
