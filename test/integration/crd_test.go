@@ -208,7 +208,7 @@ func TestCRDsCarryNamesCategoryAndColumns(t *testing.T) {
 		plural, short string
 		columns       []string
 	}{
-		{"kvcachebackends", "kvcb", []string{"Type", "Phase", "Endpoint", "Capacity", "Age", "Update-Pending"}},
+		{"kvcachebackends", "kvcb", []string{"Type", "Phase", "Endpoint", "Capacity", "Failover", "Age", "Update-Pending"}},
 		{"kvcachepools", "kvcp", []string{"Quota", "Usage", "Phase", "Endpoint", "Age"}},
 		{"kvcachepoolbindings", "kvcpb", []string{"Pool", "Domain", "Effective", "Usage", "Phase", "Age"}},
 		{"modeldeployments", "md", []string{"Engine", "Roles", "Phase", "Age"}},
