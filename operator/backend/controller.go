@@ -261,14 +261,23 @@ const (
 	settleWindow = 2 * time.Minute
 )
 
-// nextPoll is when the store is read again: sooner while it settles after a cold cache, and
-// while members are drained.
+// nextPoll is when the store is read again: sooner while it settles after a cold cache or a warm
+// failover, and while members are drained.
 func nextPoll(b *kvv1.KVCacheBackend, now time.Time, every time.Duration) time.Duration {
 	if len(b.Status.Drains) > 0 && every > settlePoll {
 		return settlePoll
 	}
-	l := b.Status.Leader
-	if l == nil || l.ColdCacheSince == nil || now.Sub(l.ColdCacheSince.Time) > settleWindow || every <= settlePoll {
+	// The change is a cold cache or, for a warm store, the failover it kept the cache through.
+	var changed time.Time
+	if l := b.Status.Leader; l != nil {
+		if l.ColdCacheSince != nil {
+			changed = l.ColdCacheSince.Time
+		}
+		if l.LastFailover != nil && l.LastFailover.Time.After(changed) {
+			changed = l.LastFailover.Time.Time
+		}
+	}
+	if changed.IsZero() || now.Sub(changed) > settleWindow || every <= settlePoll {
 		return every
 	}
 	serving := meta.IsStatusConditionTrue(b.Status.Conditions, kvv1.ConditionLeaderAvailable)

@@ -25,7 +25,10 @@ import (
 //     start over in a new one, which catches a single master that restarted (no election), an
 //     external store, and tells whether the master answering after a Lease change is the new
 //     one. The last sum read is kept in memory: a restart while the operator itself was down
-//     is not seen this way.
+//     is not seen this way;
+//   - a warm store's election view (store.Health.ViewVersion), new at every election of its
+//     masters: a view other than the last one read is a new serving master even when its
+//     counters have already grown past those of a master that served only briefly.
 
 // observeLease records the Lease in status.leader and reports a change of holder against
 // what status recorded before: cold cache since the new holder's acquireTime.
@@ -132,6 +135,7 @@ type masters struct {
 
 type masterSeen struct {
 	counters float64
+	view     int64
 	known    bool
 	// awaiting is set after a Lease change until the new master answered or until.
 	awaiting bool
@@ -163,13 +167,14 @@ func (m *masters) expectNew(uid types.UID, until time.Time) {
 	s.awaiting, s.baseline, s.until = true, s.counters, until
 }
 
-// observe classifies a read of counters at now and remembers it.
-func (m *masters) observe(uid types.UID, counters float64, now time.Time) masterRead {
+// observe classifies a read of counters and of the election view (0: none) at now and
+// remembers it.
+func (m *masters) observe(uid types.UID, counters float64, view int64, now time.Time) masterRead {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.get(uid)
-	prev, known := s.counters, s.known
-	s.counters, s.known = counters, true
+	prev, prevView, known := s.counters, s.view, s.known
+	s.counters, s.view, s.known = counters, view, true
 	if s.awaiting {
 		switch {
 		case counters < s.baseline:
@@ -183,7 +188,7 @@ func (m *masters) observe(uid types.UID, counters float64, now time.Time) master
 			return sameMaster
 		}
 	}
-	if known && counters < prev {
+	if known && (counters < prev || view != 0 && prevView != 0 && view != prevView) {
 		return newMaster
 	}
 	return sameMaster

@@ -90,7 +90,7 @@ func (r *Reconciler) readStore(ctx context.Context, s *state) storeReading {
 	rd.metricsRead = true
 	if rd.metrics, rd.metricsErr = admin.Metrics(ctx); rd.metricsErr != nil {
 		r.Metrics.ScrapeFailed(b.Name, "metrics", rd.metricsErr)
-	} else if rd.master = r.masters.observe(b.UID, rd.metrics.CounterSum, s.now); rd.master == previousMaster {
+	} else if rd.master = r.masters.observe(b.UID, rd.metrics.CounterSum, rd.health.ViewVersion, s.now); rd.master == previousMaster {
 		return rd
 	}
 	rd.segmentsRead = true

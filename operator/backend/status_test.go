@@ -141,25 +141,33 @@ func TestLeaseChangesAreColdCaches(t *testing.T) {
 func TestMasterReads(t *testing.T) {
 	var m masters
 	t0 := time.Now()
-	assert.Equal(t, sameMaster, m.observe("u", 40, t0), "the first read has nothing to compare with")
-	assert.Equal(t, sameMaster, m.observe("u", 52, t0.Add(time.Second)))
-	assert.Equal(t, sameMaster, m.observe("u", 52, t0.Add(2*time.Second)), "an idle master")
-	assert.Equal(t, newMaster, m.observe("u", 3, t0.Add(3*time.Second)), "the counters started over")
-	assert.Equal(t, sameMaster, m.observe("u", 9, t0.Add(4*time.Second)))
+	assert.Equal(t, sameMaster, m.observe("u", 40, 0, t0), "the first read has nothing to compare with")
+	assert.Equal(t, sameMaster, m.observe("u", 52, 0, t0.Add(time.Second)))
+	assert.Equal(t, sameMaster, m.observe("u", 52, 0, t0.Add(2*time.Second)), "an idle master")
+	assert.Equal(t, newMaster, m.observe("u", 3, 0, t0.Add(3*time.Second)), "the counters started over")
+	assert.Equal(t, sameMaster, m.observe("u", 9, 0, t0.Add(4*time.Second)))
 
 	m.expectNew("u", t0.Add(20*time.Second))
-	assert.Equal(t, previousMaster, m.observe("u", 11, t0.Add(5*time.Second)), "still the process read before the Lease moved")
-	assert.Equal(t, leaderMaster, m.observe("u", 1, t0.Add(6*time.Second)), "the new leader's master answers")
-	assert.Equal(t, sameMaster, m.observe("u", 4, t0.Add(7*time.Second)))
+	assert.Equal(t, previousMaster, m.observe("u", 11, 0, t0.Add(5*time.Second)), "still the process read before the Lease moved")
+	assert.Equal(t, leaderMaster, m.observe("u", 1, 0, t0.Add(6*time.Second)), "the new leader's master answers")
+	assert.Equal(t, sameMaster, m.observe("u", 4, 0, t0.Add(7*time.Second)))
 
 	m.expectNew("u", t0.Add(10*time.Second))
-	assert.Equal(t, previousMaster, m.observe("u", 5, t0.Add(8*time.Second)))
-	assert.Equal(t, sameMaster, m.observe("u", 30, t0.Add(11*time.Second)), "once the old holder's claim ran out, the master answering is the leader's")
+	assert.Equal(t, previousMaster, m.observe("u", 5, 0, t0.Add(8*time.Second)))
+	assert.Equal(t, sameMaster, m.observe("u", 30, 0, t0.Add(11*time.Second)), "once the old holder's claim ran out, the master answering is the leader's")
 
 	m.expectNew("v", t0.Add(time.Minute))
-	assert.Equal(t, sameMaster, m.observe("v", 100, t0), "no read before the change: nothing to tell the old master by")
+	assert.Equal(t, sameMaster, m.observe("v", 100, 0, t0), "no read before the change: nothing to tell the old master by")
 	m.forget("u")
-	assert.Equal(t, sameMaster, m.observe("u", 1, t0), "forgotten: a first read again")
+	assert.Equal(t, sameMaster, m.observe("u", 1, 0, t0), "forgotten: a first read again")
+
+	// A warm store's masters elect through etcd: a new view is a new serving master, even one
+	// whose counters already passed those of a master that served only seconds.
+	assert.Equal(t, sameMaster, m.observe("w", 10, 581, t0))
+	assert.Equal(t, sameMaster, m.observe("w", 30, 581, t0.Add(time.Second)))
+	assert.Equal(t, newMaster, m.observe("w", 45, 612, t0.Add(2*time.Second)), "the view moved")
+	assert.Equal(t, sameMaster, m.observe("w", 50, 612, t0.Add(3*time.Second)))
+	assert.Equal(t, newMaster, m.observe("w", 2, 612, t0.Add(4*time.Second)), "the counters started over")
 }
 
 func pod(name, ip string) corev1.Pod {
@@ -236,9 +244,9 @@ func TestPhase(t *testing.T) {
 	}
 }
 
-// After a cold cache the store is read every few seconds until it serves with every member
-// mounted, so full capacity shows when the members are back rather than a poll later; a
-// settled store, or one whose change is long past, is read at the poll interval.
+// After a cold cache, or a warm failover, the store is read every few seconds until it serves
+// with every member mounted, so full capacity shows when the members are back rather than a
+// poll later; a settled store, or one whose change is long past, is read at the poll interval.
 func TestStoreIsReadSoonerWhileItSettlesAfterAColdCache(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	const every = 15 * time.Second
@@ -261,6 +269,11 @@ func TestStoreIsReadSoonerWhileItSettlesAfterAColdCache(t *testing.T) {
 		{"just failed over, members not back", cold(5 * time.Second), settlePoll},
 		{"failed over, members mounted again", func() *kvv1.KVCacheBackend { b := cold(5 * time.Second); settled(b); return b }(), every},
 		{"failed over long ago and never settled", cold(10 * time.Minute), every},
+		{"just failed over warm, members not back", func() *kvv1.KVCacheBackend {
+			b := managedBackend()
+			b.Status.Leader = &kvv1.LeaderStatus{LastFailover: &kvv1.FailoverObserved{Time: metav1.Time{Time: now.Add(-5 * time.Second)}, Mode: kvv1.FailoverWarm}}
+			return b
+		}(), settlePoll},
 	} {
 		assert.Equal(t, c.want, nextPoll(c.b, now, every), c.name)
 	}

@@ -462,7 +462,7 @@ func TestHealth(t *testing.T) {
 
 	h, err = serve(t, fixed(200, "application/json", `{"service_ready":false,"role":"follower","ha_state":"standby","leader_address":"10.0.0.1:50051","view_version":7}`)).Health(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, Health{ServiceReady: false, Role: "follower", HAState: "standby"}, h)
+	assert.Equal(t, Health{ServiceReady: false, Role: "follower", HAState: "standby", ViewVersion: 7}, h)
 
 	_, err = serve(t, fixed(503, "text/plain", "starting")).Health(ctx)
 	assertStoreError(t, err, 503, 0, "starting")

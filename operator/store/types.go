@@ -63,6 +63,10 @@ type Health struct {
 	ServiceReady bool   `json:"service_ready"`
 	Role         string `json:"role"`
 	HAState      string `json:"ha_state"`
+	// ViewVersion is the election view a master in its etcd HA mode serves under (measured: the
+	// etcd revision that created the view's key, new at every election, the same leader elected
+	// again included); 0 (null) in the plain mode.
+	ViewVersion int64 `json:"view_version"`
 }
 
 // Metrics are the figures the operator reads from GET /metrics.
