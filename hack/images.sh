@@ -10,6 +10,9 @@
 #             python3, the Mooncake wheel (mooncake_master, mc_store_rest_server), coreutils
 #   engine    docker.io/kvcache-operator/engine-standin:<Mooncake version>  the store image plus
 #             stand-in `vllm` and `python3 -m sglang.launch_server` (images/engine-standin)
+#   etcd      docker.io/kvcache-operator/etcd:<hack/tools.sh ETCD_VERSION>  the static etcd
+#             hack/tools.sh builds, uid 65532, no shell: the etcd a warm-failover store
+#             (electionBackend: Etcd) is named in the cluster tests
 #   pause     registry.k8s.io/pause:3.10.2                           the sandbox image
 #
 # Archives are cached outside the repository, keyed by their inputs, and rebuilt only when an
@@ -32,7 +35,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 TOOLS_DIR=${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}
 CHART=$REPO/charts/kvcache-operator
-IMAGES=(operator store engine pause)
+IMAGES=(operator store engine etcd pause)
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What the store image's programs need from Debian: python3 (with venv) for the wheel, and the
@@ -62,6 +65,7 @@ image_name() {
     operator) echo "docker.io/$(operator_repo):$(app_version)" ;;
     store) echo "docker.io/$(store_ref)" ;;
     engine) echo "docker.io/kvcache-operator/engine-standin:$(mooncake_version)" ;;
+    etcd) echo "docker.io/kvcache-operator/etcd:$(sed -n 's/^ETCD_VERSION=//p' "$HERE/tools.sh")" ;;
     pause) echo "registry.k8s.io/pause:$(sed -n 's/^PAUSE_VERSION=//p' "$HERE/tools.sh")" ;;
     *) die "unknown image $1 (have: ${IMAGES[*]})" ;;
   esac
@@ -121,6 +125,19 @@ build_pause() (
 # operator: the kvcache binary, non-root, no shell; the same files gcr.io/distroless/static:nonroot
 # provides that a Go program uses (passwd/group entries, /tmp, the home, CA certificates).
 
+# nonroot_files ROOT: what a distroless/static:nonroot root holds besides the program: the
+# passwd and group entries, /tmp, the homes. ROOT/usr/local/bin holds the program.
+nonroot_files() {
+  local r=$1
+  mkdir -p "$r/etc"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$r/etc/passwd"
+  printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$r/etc/group"
+  install -d -m 1777 "$r/tmp"
+  install -d -m 0700 "$r/root"
+  install -d -m 0700 -o 65532 -g 65532 "$r/home/nonroot"
+  chmod 0755 "$r" "$r/etc" "$r/usr" "$r/usr/local" "$r/usr/local/bin"
+}
+
 candidate() { apt-cache policy "$1" 2>/dev/null | awk '$1 == "Candidate:" && $2 != "(none)" {print $2}'; }
 
 # The CA certificates of Debian's ca-certificates package (not this host's bundle, which may
@@ -157,16 +174,30 @@ build_operator() (
   r=$work/rootfs
   install -D -m 0755 "$work/kvcache" "$r/usr/local/bin/kvcache"
   install -D -m 0644 "$ca" "$r/etc/ssl/certs/ca-certificates.crt"
-  mkdir -p "$r/etc"
-  printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$r/etc/passwd"
-  printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$r/etc/group"
-  install -d -m 1777 "$r/tmp"
-  install -d -m 0700 "$r/root"
-  install -d -m 0700 -o 65532 -g 65532 "$r/home/nonroot"
-  chmod 0755 "$r" "$r/etc" "$r/usr" "$r/usr/local" "$r/usr/local/bin"
+  nonroot_files "$r"
   publish operator "$key" -layer "$r" -entrypoint '["/usr/local/bin/kvcache"]' -user 65532:65532 \
     -workdir /home/nonroot -env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     -env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+)
+
+# ---------------------------------------------------------------------------------------------
+# etcd: the static etcd binary hack/tools.sh builds from the module proxy (the one the cluster
+# and envtest run), non-root and without a shell like the operator. Its data directory,
+# /var/lib/etcd, belongs to the image's user, so the image runs with or without a volume there.
+
+build_etcd() (
+  bin=$("$HERE/tools.sh" path etcd)
+  key=$({ sha256sum <"$bin"; imagebuild_key; echo "$RECIPE"; } | sha)
+  [ -f "$TOOLS_DIR/image-etcd/$key.tar" ] && exit 0
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  r=$work/rootfs
+  install -D -m 0755 "$bin" "$r/usr/local/bin/etcd"
+  nonroot_files "$r"
+  install -d -m 0755 "$r/var" "$r/var/lib"
+  install -d -m 0700 -o 65532 -g 65532 "$r/var/lib/etcd"
+  publish etcd "$key" -layer "$r" -entrypoint '["/usr/local/bin/etcd"]' -user 65532:65532 \
+    -workdir /var/lib/etcd -env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    -label "org.opencontainers.image.version=$(sed -n 's/^ETCD_VERSION=//p' "$HERE/tools.sh")"
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -289,6 +320,7 @@ build() {
       operator) build_operator ;;
       store) build_store ;;
       engine) build_engine ;;
+      etcd) build_etcd ;;
       pause) build_pause ;;
       *) die "unknown image $image (have: ${IMAGES[*]})" ;;
     esac
@@ -341,6 +373,7 @@ case "${1:-}" in
   load) shift; cmd_load "$@" ;;
   archive) [ $# -eq 2 ] || die "usage: $0 archive IMAGE"; build "$2"; archive_path "$2" ;;
   name) [ $# -eq 2 ] || die "usage: $0 name IMAGE"; image_name "$2" ;;
-  -h|--help|help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' ;;
+  # The header comment, however long it grows.
+  -h|--help|help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0" ;;
   *) log "usage: $0 build|load|archive|name ..."; exit 2 ;;
 esac

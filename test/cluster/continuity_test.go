@@ -250,11 +250,11 @@ func (w *walk) leaderChange(t *testing.T) {
 	require.NoError(t, env.kube.Get(ctx, client.ObjectKeyFromObject(b), b))
 }
 
-// memberPods are the store's member Pods that are not stopping.
-func memberPodsByNode(t *testing.T) map[string]corev1.Pod {
+// memberPodsByNode are a store's member Pods that are not stopping, by node.
+func memberPodsByNode(t *testing.T, backend string) map[string]corev1.Pod {
 	t.Helper()
 	l, err := env.client.CoreV1().Pods(systemNS).List(context.Background(), metav1.ListOptions{
-		LabelSelector: vocab.LabelInstance + "=" + backendName + "," + vocab.LabelComponent + "=" + vocab.MemberComponentPrefix + "0"})
+		LabelSelector: vocab.LabelInstance + "=" + backend + "," + vocab.LabelComponent + "=" + vocab.MemberComponentPrefix + "0"})
 	require.NoError(t, err)
 	out := map[string]corev1.Pod{}
 	for _, p := range l.Items {
@@ -280,13 +280,13 @@ func lostObjects(b *kvv1.KVCacheBackend) int64 {
 func (w *walk) memberChange(t *testing.T) {
 	ctx := context.Background()
 	pr := startProbe(t, "probe-members", "")
-	before := memberPodsByNode(t)
+	before := memberPodsByNode(t, backendName)
 	require.Len(t, before, 2, "a member on each node")
 	lostBefore := lostObjects(getBackend(t, backendName))
 	t0 := time.Now()
 	defer func() {
 		if t.Failed() {
-			t.Logf("the backend's events and the managers' log lines about members since the change:\n%s", diagnose(ctx, t0))
+			t.Logf("the backend's events and the managers' log lines about members since the change:\n%s", diagnoseBackend(ctx, backendName, t0, "drain", "member", "error"))
 		}
 	}()
 	out := kubectl(t, nil, "patch", "kvcb", backendName, "--type=json", "-p",
@@ -298,7 +298,7 @@ func (w *walk) memberChange(t *testing.T) {
 		for _, d := range b.Status.Drains {
 			drained[d.Pod] = true
 		}
-		now := memberPodsByNode(t)
+		now := memberPodsByNode(t, backendName)
 		replaced := 0
 		for node, p := range now {
 			if old, ok := before[node]; ok && old.UID != p.UID {
@@ -327,7 +327,7 @@ func (w *walk) nodeDrain(t *testing.T) {
 	ctx := context.Background()
 	serving := w.waitSteadyHA(t, "")
 	pr := startProbe(t, "probe-drain", serving.Spec.NodeName)
-	members := memberPodsByNode(t)
+	members := memberPodsByNode(t, backendName)
 	var node string
 	for n := range members {
 		if n != serving.Spec.NodeName {
@@ -365,33 +365,4 @@ func (w *walk) nodeDrain(t *testing.T) {
 		return backendReady(getBackend(t, backendName), w.full)
 	})
 	record(t, "kubectl drain of %s: its member drained in %s (cordon to DRAINED), then stopped; probe objects kept %d/%d, wrong %d", node, drainedAt.Round(time.Second), r.Kept, probeObjects, r.Wrong)
-}
-
-// diagnose collects what says why a store operation did not go as expected: the backend's
-// events and the managers' log lines that mention members, drains or errors since t0.
-func diagnose(ctx context.Context, t0 time.Time) string {
-	var b strings.Builder
-	if l, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + backendName}); err == nil {
-		for _, e := range l.Items {
-			if e.LastTimestamp.After(t0) || e.EventTime.After(t0) || e.CreationTimestamp.After(t0) {
-				fmt.Fprintf(&b, "event %s %s: %s\n", e.Type, e.Reason, e.Message)
-			}
-		}
-	}
-	st := metav1.NewTime(t0)
-	if l, err := env.client.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kvcache-operator"}); err == nil {
-		for _, p := range l.Items {
-			raw, _ := env.client.CoreV1().Pods(releaseNS).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &st}).DoRaw(ctx)
-			for _, line := range strings.Split(string(raw), "\n") {
-				low := strings.ToLower(line)
-				if strings.Contains(low, "drain") || strings.Contains(low, "member") || strings.Contains(low, "error") {
-					if len(line) > 400 {
-						line = line[:400]
-					}
-					fmt.Fprintf(&b, "%s: %s\n", p.Name, line)
-				}
-			}
-		}
-	}
-	return b.String()
 }

@@ -1,6 +1,6 @@
 // Package cluster is the end-to-end suite on a real cluster: hack/cluster.sh (etcd,
 // kube-apiserver, controllers, kube-proxy, CoreDNS and containerd-backed kubelets as host
-// processes, two nodes) and hack/images.sh (the operator, store, stand-in engine and pause
+// processes, two nodes) and hack/images.sh (the operator, store, stand-in engine, etcd and pause
 // images, imported without a registry).
 //
 // The smoke tests prove the parts: the nodes become Ready, a Mooncake master and its members run
@@ -18,6 +18,11 @@
 // every manager replica serving admission, the manager gone and back, the store's leader failed
 // over (graceful and killed, measured), the release upgraded and uninstalled in both orders. It
 // prints the figures it measured at the end.
+//
+// TestWarmFailover is the failover step on a store with warm failover (electionBackend: Etcd,
+// test/cluster/warm: an etcd the user runs, three leader replicas naming it): the serving leader
+// Pod deleted and its master killed, measured, every probe object read back with its own bytes
+// and counted kept in status, and a member deleted during a failover reading back nothing wrong.
 //
 // Run it as root on a machine that can host the cluster: go test ./test/cluster/ (make test
 // does, with the helm that make tools builds). It uses a running cluster when there is one and

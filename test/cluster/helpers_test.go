@@ -25,6 +25,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/vocab"
 )
 
 // cli runs a command-line tool against the cluster as a user would (KUBECONFIG set) and returns
@@ -397,4 +398,89 @@ func metaOf[T any, PT interface {
 		out[i] = PT(&items[i])
 	}
 	return out
+}
+
+// leadersSteady says whether a store's leader Pods are steady: replicas of them, each one's
+// master running (none going), exactly one ready (the serving master), the backend Ready with
+// full capacity, and the engine's latest round good (when one is named). It returns the ready
+// Pod, or nil and what is not steady yet.
+func leadersSteady(ctx context.Context, t *testing.T, backend string, replicas int, full int64, engine string) (*corev1.Pod, string) {
+	t.Helper()
+	l, err := env.client.CoreV1().Pods(systemNS).List(ctx, metav1.ListOptions{
+		LabelSelector: vocab.LabelInstance + "=" + backend + "," + vocab.LabelComponent + "=leader"})
+	if err != nil {
+		return nil, err.Error()
+	}
+	var ready []corev1.Pod
+	for _, p := range l.Items {
+		if p.DeletionTimestamp != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
+			return nil, "leader Pod " + p.Name + " not running"
+		}
+		if podCondition(&p, corev1.PodReady) {
+			ready = append(ready, p)
+		}
+	}
+	if len(l.Items) != replicas || len(ready) != 1 {
+		return nil, fmt.Sprintf("%d leader Pods, %d ready", len(l.Items), len(ready))
+	}
+	if ok, msg := backendReady(getBackend(t, backend), full); !ok {
+		return nil, msg
+	}
+	if engine != "" {
+		lines, err := engineLines(ctx, bindingNS, engine, "server", time.Now().Add(-2*time.Second))
+		if err != nil || len(lines) == 0 || !lines[len(lines)-1].ok() {
+			return nil, fmt.Sprintf("the latest round of %s not good (%v)", engine, err)
+		}
+	}
+	return &ready[0], ""
+}
+
+// diagnoseBackend collects what says why a store operation did not go as expected: the
+// backend's events since t0 and the managers' log lines since t0 that contain one of words
+// (lower case).
+func diagnoseBackend(ctx context.Context, name string, t0 time.Time, words ...string) string {
+	var b strings.Builder
+	if l, err := env.client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
+		for _, e := range l.Items {
+			if e.LastTimestamp.After(t0) || e.EventTime.After(t0) || e.CreationTimestamp.After(t0) {
+				fmt.Fprintf(&b, "event %s %s: %s\n", e.Type, e.Reason, e.Message)
+			}
+		}
+	}
+	st := metav1.NewTime(t0)
+	if l, err := env.client.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=kvcache-operator"}); err == nil {
+		for _, p := range l.Items {
+			raw, _ := env.client.CoreV1().Pods(releaseNS).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &st}).DoRaw(ctx)
+			for _, line := range strings.Split(string(raw), "\n") {
+				low := strings.ToLower(line)
+				if !slices.ContainsFunc(words, func(w string) bool { return strings.Contains(low, w) }) {
+					continue
+				}
+				if len(line) > 400 {
+					line = line[:400]
+				}
+				fmt.Fprintf(&b, "%s: %s\n", p.Name, line)
+			}
+		}
+	}
+	return b.String()
+}
+
+// nothingLeft says whether no Pod matching selector is left in the store's or the engines'
+// namespace and no object is owned by a backend.
+func nothingLeft(ctx context.Context, t *testing.T, selector string) (bool, string) {
+	t.Helper()
+	for _, ns := range []string{systemNS, bindingNS} {
+		l, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(l.Items) > 0 {
+			return false, fmt.Sprintf("%d Pods in %s (%s...)", len(l.Items), ns, l.Items[0].Name)
+		}
+	}
+	if owned := objectsOwnedByBackends(t); len(owned) > 0 {
+		return false, "owned by a backend: " + strings.Join(owned, ", ")
+	}
+	return true, ""
 }

@@ -201,7 +201,7 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 		"master RPC":   fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, rpcPort),
 		"master admin": fmt.Sprintf("%s:%d", svc.Spec.ClusterIP, adminPort),
 	}
-	members := memberPodsByNode(t)
+	members := memberPodsByNode(t, backendName)
 	require.NotEmpty(t, members)
 	for _, m := range members {
 		for _, port := range listeningPorts(t, m.Name, "member") {

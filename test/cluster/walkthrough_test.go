@@ -684,35 +684,14 @@ func (w *walk) waitSteadyHA(t *testing.T, engine string) (leaderPod *corev1.Pod)
 	t.Helper()
 	ctx := context.Background()
 	eventually(t, 2*time.Minute, 250*time.Millisecond, "the store steady: 3 leader Pods, 1 ready, Ready with full capacity", func() (bool, string) {
-		l, err := env.client.CoreV1().Pods(systemNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + backendName + ",app.kubernetes.io/component=leader"})
-		if err != nil {
-			return false, err.Error()
-		}
-		var ready []corev1.Pod
-		for _, p := range l.Items {
-			if p.DeletionTimestamp != nil || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil {
-				return false, "leader Pod " + p.Name + " not running"
-			}
-			if podCondition(&p, corev1.PodReady) {
-				ready = append(ready, p)
-			}
-		}
-		if len(l.Items) != 3 || len(ready) != 1 {
-			return false, fmt.Sprintf("%d leader Pods, %d ready", len(l.Items), len(ready))
-		}
-		if h := leaseHolder(t, systemNS, backendName+"-leader"); h != ready[0].Name {
-			return false, "Lease held by " + h + ", ready Pod " + ready[0].Name
-		}
-		if ok, msg := backendReady(getBackend(t, backendName), w.full); !ok {
+		ready, msg := leadersSteady(ctx, t, backendName, 3, w.full, engine)
+		if ready == nil {
 			return false, msg
 		}
-		if engine != "" {
-			lines, err := engineLines(ctx, bindingNS, engine, "server", time.Now().Add(-2*time.Second))
-			if err != nil || len(lines) == 0 || !lines[len(lines)-1].ok() {
-				return false, fmt.Sprintf("engine's latest round not good (%v)", err)
-			}
+		if h := leaseHolder(t, systemNS, backendName+"-leader"); h != ready.Name {
+			return false, "Lease held by " + h + ", ready Pod " + ready.Name
 		}
-		leaderPod = &ready[0]
+		leaderPod = ready
 		return true, ""
 	})
 	return leaderPod
@@ -733,7 +712,7 @@ func (w *walk) failoverRun(t *testing.T, engine string, crash bool) (a, b, c tim
 	// A run that cannot finish says what the store and the engine logged.
 	defer func() {
 		if t.Failed() {
-			t.Logf("failover of %s (crash %v) failed; logs since:\n%s", old.Name, crash, logsSince(ctx, t0, engine))
+			t.Logf("failover of %s (crash %v) failed; logs since:\n%s", old.Name, crash, logsSince(ctx, t0, engine, backendName))
 		}
 	}()
 	if crash {
@@ -822,7 +801,7 @@ func (w *walk) failoverRun(t *testing.T, engine string, crash bool) (a, b, c tim
 		}
 	}
 	if goal := failoverGoal(crash); cAt.Sub(t0) > goal {
-		t.Logf("over the goal (%s > %s): what the engine and the members logged since the failover:\n%s", cAt.Sub(t0), goal, logsSince(ctx, t0, engine))
+		t.Logf("over the goal (%s > %s): what the engine and the members logged since the failover:\n%s", cAt.Sub(t0), goal, logsSince(ctx, t0, engine, backendName))
 	}
 	return aAt.Sub(t0), bAt.Sub(t0), cAt.Sub(t0)
 }
@@ -835,32 +814,38 @@ func failoverGoal(crash bool) time.Duration {
 	return 5 * time.Second
 }
 
-// logsSince is the raw log of the engine and of every store Pod since t, for a failure message.
-func logsSince(ctx context.Context, t time.Time, engine string) string {
+// logsSince is the raw log of the engine and of every Pod of the backend's store (each
+// container, the previous instance of a restarted one included) since t, for a failure message.
+func logsSince(ctx context.Context, t time.Time, engine, backend string) string {
 	var b strings.Builder
 	st := metav1.NewTime(t.Add(-time.Second))
-	dump := func(ns, pod, container string) {
-		raw, err := env.client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Timestamps: true, SinceTime: &st}).DoRaw(ctx)
-		fmt.Fprintf(&b, "--- %s/%s (%v)\n", ns, pod, err)
-		lines := strings.Split(string(raw), "\n")
+	dump := func(ns, pod, container string, previous bool) {
+		raw, err := env.client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Timestamps: true, SinceTime: &st, Previous: previous}).DoRaw(ctx)
+		if previous && err != nil {
+			return
+		}
+		fmt.Fprintf(&b, "--- %s/%s %s previous=%v (%v)\n", ns, pod, container, previous, err)
 		kept := 0
-		for _, l := range lines {
+		for _, l := range strings.Split(string(raw), "\n") {
 			if strings.Contains(l, `"ok": true`) || strings.Contains(l, "Transfer Engine Stats") {
 				continue
 			}
-			if kept++; kept > 40 {
+			if kept++; kept > 60 {
 				break
 			}
-			if len(l) > 240 {
-				l = l[:240]
+			if len(l) > 300 {
+				l = l[:300]
 			}
 			b.WriteString(l + "\n")
 		}
 	}
-	dump(bindingNS, engine, "server")
-	if l, err := env.client.CoreV1().Pods(systemNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + backendName}); err == nil {
+	dump(bindingNS, engine, "server", false)
+	if l, err := env.client.CoreV1().Pods(systemNS).List(ctx, metav1.ListOptions{LabelSelector: vocab.LabelInstance + "=" + backend}); err == nil {
 		for _, p := range l.Items {
-			dump(systemNS, p.Name, p.Spec.Containers[0].Name)
+			for _, c := range p.Spec.Containers {
+				dump(systemNS, p.Name, c.Name, false)
+				dump(systemNS, p.Name, c.Name, true)
+			}
 		}
 	}
 	return b.String()
@@ -967,19 +952,7 @@ func (w *walk) deleteWalkthrough(t *testing.T, flags ...string) time.Duration {
 	t0 := time.Now()
 	kubectl(t, w.manifests, append([]string{"delete", "-f", "-", "--wait=true", "--timeout=3m"}, flags...)...)
 	eventually(t, 2*time.Minute, 250*time.Millisecond, "no store Pod, no engine Pod, nothing a backend owns", func() (bool, string) {
-		for _, ns := range []string{systemNS, bindingNS} {
-			l, err := env.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			if len(l.Items) > 0 {
-				return false, fmt.Sprintf("%d Pods in %s (%s...)", len(l.Items), ns, l.Items[0].Name)
-			}
-		}
-		if owned := objectsOwnedByBackends(t); len(owned) > 0 {
-			return false, "owned by a backend: " + strings.Join(owned, ", ")
-		}
-		return true, ""
+		return nothingLeft(ctx, t, "")
 	})
 	for _, l := range []client.ObjectList{&kvv1.KVCacheBackendList{}, &kvv1.KVCachePoolList{}, &kvv1.KVCachePoolBindingList{}, &kvv1.ModelDeploymentList{}} {
 		require.NoError(t, env.kube.List(ctx, l))
