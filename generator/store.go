@@ -405,6 +405,11 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e member
 		fmt.Sprintf("--deadline=%ds", int64((timeout+time.Second-1)/time.Second)),
 		// The kubelet discards a successful hook's output: the lines go to the member's log.
 		"--log-file=/proc/1/fd/1"}
+	if b.Spec.Connection.Managed.Leader.Warm() {
+		// The new master of a failover during the drain keeps the objects: wait for it and drain
+		// again there, rather than stop as if a restarted master had forgotten them.
+		mv.PreStop = append(mv.PreStop, "--warm")
+	}
 	mv.TerminationGracePeriodSeconds = int64((timeout + kvv1.DrainGraceMargin + time.Second - 1) / time.Second)
 
 	// DRAM members hold their segment in the Pod's own memory, so the request claims it; a VRAM

@@ -3,36 +3,18 @@
 package leader
 
 import (
-	"bytes"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 )
-
-// lockedBuffer is a child's output, written by exec's copying goroutine while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // alive reports whether pid names a process that has not exited (a zombie counts as gone).
 func alive(pid int) bool {
@@ -57,7 +39,7 @@ func TestChildStopEndsAChildThatHonoursSIGTERMWithoutWaitingForTheGrace(t *testi
 }
 
 func TestChildStopKillsAChildThatIgnoresSIGTERMAfterTheGrace(t *testing.T) {
-	var out lockedBuffer
+	var out mooncaketest.SyncBuffer
 	// The shell ignores SIGTERM and so does the sleep it starts (an ignored signal stays
 	// ignored across exec); "ready" says the trap is in place.
 	c, err := startChild([]string{"sh", "-c", `trap "" TERM; echo ready; sleep 30`}, &out, &out)
@@ -72,7 +54,7 @@ func TestChildStopKillsAChildThatIgnoresSIGTERMAfterTheGrace(t *testing.T) {
 }
 
 func TestChildStopReachesTheWholeProcessGroup(t *testing.T) {
-	var out lockedBuffer
+	var out mooncaketest.SyncBuffer
 	// The grandchild ignores SIGTERM; the shell exits on it. Stop must still leave no process
 	// of the group behind.
 	c, err := startChild([]string{"sh", "-c", `(trap "" TERM; exec sleep 30) & echo "$!"; wait`}, &out, &out)

@@ -24,6 +24,16 @@ const (
 	// longer has restarted or gone, and a restarted master holds none of the old objects: there
 	// is nothing left to move.
 	DefaultMasterWait = 10 * time.Second
+	// DefaultWarmMasterWait is DefaultMasterWait for a warm store, whose new master holds this
+	// member's objects after a failover: longer than a failover takes (measured 10 to 18 s on a
+	// cluster: the etcd lease, then the standby's fixed warm-up), well within the drain's deadline.
+	DefaultWarmMasterWait = time.Minute
+	// maxWarmRestarts bounds how often a warm store's drain starts over on a new master.
+	maxWarmRestarts = 3
+	// remountWait is how long a warm store's new master is given for the members to mount their
+	// segments on it again: it serves before they have (measured: all back within a second),
+	// listing some or none of them meanwhile.
+	remountWait = 30 * time.Second
 	// progressEvery spaces the progress lines of a long drain.
 	progressEvery = 10 * time.Second
 )
@@ -45,8 +55,13 @@ type Config struct {
 	Deadline time.Duration
 	// PollInterval between reads of the job (DefaultPollInterval when 0).
 	PollInterval time.Duration
-	// MasterWait is how long a master that does not answer is retried (DefaultMasterWait when 0).
+	// MasterWait is how long a master that does not answer is retried (DefaultMasterWait, or
+	// DefaultWarmMasterWait when Warm, when 0).
 	MasterWait time.Duration
+	// Warm: the store fails over warm (its masters keep the objects through a failover), so a
+	// master that stops answering is waited for through a failover, and a drain job the new
+	// master does not know is started again there.
+	Warm bool
 	// Log receives one line per event (nil: none).
 	Log *slog.Logger
 }
@@ -126,6 +141,9 @@ func Drain(ctx context.Context, c Config) Outcome {
 	}
 	if c.MasterWait <= 0 {
 		c.MasterWait = DefaultMasterWait
+		if c.Warm {
+			c.MasterWait = DefaultWarmMasterWait
+		}
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -142,11 +160,46 @@ func Drain(ctx context.Context, c Config) Outcome {
 
 type drainer struct {
 	Config
+	// remountsUntil: until then, a listing without this member's segments or without a target
+	// is a new master the members have not all mounted on again yet, and is read again.
+	remountsUntil time.Time
 }
 
+// run drains, starting over on a warm store's new master when the master that ran the job
+// failed over.
 func (d *drainer) run(ctx context.Context) Outcome {
 	var o Outcome
-	waiting := false
+	for restarts := 0; ; restarts++ {
+		o = d.once(ctx)
+		if o.Result != ResultMasterRestarted || !d.Warm {
+			return o
+		}
+		if restarts == maxWarmRestarts {
+			o.Message = fmt.Sprintf("the store failed over %d times during this drain: what had not moved by then stays on this member and is lost when it stops", restarts+1)
+			return o
+		}
+		d.Log.Info("drain-restarting", "job", o.Job.ID, "reason", "the master failed over and the new one, which kept this member's objects, does not know the job: draining again there")
+		d.remountsUntil = time.Now().Add(remountWait)
+	}
+}
+
+// once lists the member's segments, creates one drain job and follows it.
+func (d *drainer) once(ctx context.Context) Outcome {
+	var o Outcome
+	waiting, remounting := false, false
+	// remounts reports whether to list again because the members may not be back yet on a new
+	// master, and logs that once.
+	remounts := func(what string) bool {
+		if time.Now().After(d.remountsUntil) {
+			return false
+		}
+		if !remounting {
+			d.Log.Info("drain-awaiting-remounts", "listing", what, "until", d.remountsUntil.Format(time.RFC3339),
+				"reason", "the new master serves before every member has mounted its segment on it again")
+			remounting = true
+		}
+		return d.sleep(ctx, d.PollInterval)
+	}
 	for attempt := 1; ; attempt++ {
 		segs, err := retry(ctx, d, "listing the segments", func() ([]store.Segment, error) { return d.Admin.Segments(ctx) })
 		if err != nil {
@@ -154,6 +207,10 @@ func (d *drainer) run(ctx context.Context) Outcome {
 		}
 		own, others := ownSegments(segs, d.PodIP, d.Ports)
 		o.Segments = names(own)
+		if len(own) == 0 && remounts("none of this member's segments") {
+			attempt--
+			continue
+		}
 		if len(own) == 0 {
 			o.Result = ResultNothingToDrain
 			o.Message = fmt.Sprintf("no segment of this member (Pod IP %s) is mounted on the master: nothing to move", d.PodIP)
@@ -201,6 +258,10 @@ func (d *drainer) run(ctx context.Context) Outcome {
 		}
 		for _, s := range targets {
 			o.FreeOnTargets += max(0, s.SizeBytes-s.UsedBytes)
+		}
+		if len(targets) == 0 && remounts("no other member's segment") {
+			attempt--
+			continue
 		}
 		if len(targets) == 0 {
 			o.Result = ResultNoTarget
@@ -260,6 +321,9 @@ func (d *drainer) follow(ctx context.Context, o Outcome) Outcome {
 		if !d.sleep(ctx, d.PollInterval) {
 			o.Result = ResultDeadline
 			o.Message = fmt.Sprintf("the drain was still %s at the deadline (%s): the objects not moved yet are lost when this member stops; a longer drainTimeout on the member group, or a higher max_concurrency, gives it time", j.Status, d.Deadline)
+			if !d.remountsUntil.IsZero() && j.BlockedUnits > 0 {
+				o.Message = fmt.Sprintf("the drain was still %s at the deadline (%s) with %d objects blocked: a master that took over in a failover leases every object it kept for its default_kv_lease_ttl, and a leased object cannot move; they are lost when this member stops. A drainTimeout longer than that lease, or a shorter lease (leader.extraArgs), gives them time", j.Status, d.Deadline, j.BlockedUnits)
+			}
 			return o
 		}
 	}
@@ -296,6 +360,9 @@ func (d *drainer) stopped(ctx context.Context, o Outcome, err error) Outcome {
 	case unreachable(err):
 		o.Result = ResultMasterUnreachable
 		o.Message = fmt.Sprintf("the master did not answer for %s (%v): a restarted master holds none of this member's objects anyway; stopping without a drain", d.MasterWait, err)
+		if d.Warm {
+			o.Message = fmt.Sprintf("the master did not answer for %s, longer than a failover takes (%v): stopping without a drain, and what had not moved by then is lost when this member stops", d.MasterWait, err)
+		}
 	case o.Job.ID != "":
 		o.Result = ResultRefused
 		o.Message = fmt.Sprintf("the master answered drain job %s with an error (%v): what had not moved by then is lost when this member stops", o.Job.ID, err)

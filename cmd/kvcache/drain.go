@@ -80,6 +80,7 @@ member's objects anyway.`,
 	f.IntVar(&memberPID, "member-pid", 1, "the member process, whose listening ports tell its segments apart from another member's on the same IP; 0: by the IP alone")
 	f.IntVar(&c.MaxConcurrency, "max-concurrency", member.DefaultMaxConcurrency, "the drain job's max_concurrency: the master moves about one object per second per unit, at most 16 per second")
 	f.DurationVar(&c.Deadline, "deadline", member.DefaultDeadline, "give up waiting after this long, what has not moved staying behind; keep it below the Pod's terminationGracePeriodSeconds")
+	f.BoolVar(&c.Warm, "warm", false, "the store fails over warm (electionBackend: Etcd): wait for a new master through a failover and drain again there")
 	f.StringVar(&logFile, "log-file", "", "also append the JSON lines to this file, e.g. /proc/1/fd/1 (the container's log)")
 	return cmd
 }

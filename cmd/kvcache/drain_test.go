@@ -105,20 +105,8 @@ func TestDrainMemberDeadlineBeforeMasterWait(t *testing.T) {
 // What the member template renders is what this binary reads: the hook runs the copied binary's
 // drain-member with flags it parses, within the Pod's grace period, with both variables set.
 func TestRenderedPreStopRunsThisDrain(t *testing.T) {
-	code, out, errOut := kvcache(t, "", "render", "-f", filepath.Join(golden.Dir("store"), "mixed-protocols.input.yaml"), "-o", "json")
-	require.Equal(t, 0, code, errOut)
-	var list struct {
-		Items []json.RawMessage `json:"items"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &list))
-	groups := 0
-	for _, raw := range list.Items {
-		var ds appsv1.DaemonSet
-		require.NoError(t, json.Unmarshal(raw, &ds))
-		if ds.Kind != "DaemonSet" {
-			continue
-		}
-		groups++
+	sets := renderedMemberSets(t, "mixed-protocols")
+	for _, ds := range sets {
 		spec := ds.Spec.Template.Spec
 		require.Len(t, spec.InitContainers, 1, ds.Name)
 		copier := spec.InitContainers[0]
@@ -141,6 +129,9 @@ func TestRenderedPreStopRunsThisDrain(t *testing.T) {
 		logFile, err := cmd.Flags().GetString("log-file")
 		require.NoError(t, err)
 		assert.Equal(t, "/proc/1/fd/1", logFile)
+		warm, err := cmd.Flags().GetBool("warm")
+		require.NoError(t, err)
+		assert.False(t, warm, "a store that fails over cold: a master that stops answering held nothing to wait for")
 
 		env := map[string]corev1.EnvVar{}
 		for _, e := range member.Env {
@@ -150,5 +141,41 @@ func TestRenderedPreStopRunsThisDrain(t *testing.T) {
 		assert.Equal(t, "http://mooncake-mixed-leader.gpustack-system.svc:9003", adminURL(env[vocab.DrainAdminEnv].Value))
 		assert.Equal(t, "status.podIP", env[vocab.DrainPodIPEnv].ValueFrom.FieldRef.FieldPath)
 	}
-	assert.Equal(t, 2, groups)
+	assert.Len(t, sets, 2)
+}
+
+// A warm store's members wait for the new master of a failover during their drain, and drain
+// again there.
+func TestRenderedWarmPreStopWaitsForTheNewMaster(t *testing.T) {
+	sets := renderedMemberSets(t, "warm-failover")
+	require.NotEmpty(t, sets)
+	for _, ds := range sets {
+		hook := ds.Spec.Template.Spec.Containers[0].Lifecycle.PreStop.Exec.Command
+		cmd := newDrainMemberCommand()
+		require.NoError(t, cmd.ParseFlags(hook[2:]), "the hook's flags parse: %v", hook)
+		warm, err := cmd.Flags().GetBool("warm")
+		require.NoError(t, err)
+		assert.True(t, warm, "%s: %v", ds.Name, hook)
+	}
+}
+
+// renderedMemberSets are the member DaemonSets `kvcache render` writes for the store snapshot
+// input named.
+func renderedMemberSets(t *testing.T, input string) []appsv1.DaemonSet {
+	t.Helper()
+	code, out, errOut := kvcache(t, "", "render", "-f", filepath.Join(golden.Dir("store"), input+".input.yaml"), "-o", "json")
+	require.Equal(t, 0, code, errOut)
+	var list struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	var sets []appsv1.DaemonSet
+	for _, raw := range list.Items {
+		var ds appsv1.DaemonSet
+		require.NoError(t, json.Unmarshal(raw, &ds))
+		if ds.Kind == "DaemonSet" {
+			sets = append(sets, ds)
+		}
+	}
+	return sets
 }

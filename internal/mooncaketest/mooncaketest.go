@@ -67,19 +67,20 @@ func FreePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer one goroutine writes while another reads: a process's output, a
+// logger's lines.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
@@ -89,7 +90,7 @@ func (s *syncBuffer) String() string {
 type Proc struct {
 	name  string
 	cmd   *exec.Cmd
-	out   *syncBuffer
+	out   *SyncBuffer
 	done  chan struct{}
 	err   error
 	code  int // valid once done is closed
@@ -213,7 +214,7 @@ type Options struct {
 // StartWith is [Start] with every option.
 func StartWith(t testing.TB, name string, o Options, bin string, args ...string) *Proc {
 	t.Helper()
-	p := &Proc{name: name, out: &syncBuffer{}, done: make(chan struct{}), grace: o.Grace}
+	p := &Proc{name: name, out: &SyncBuffer{}, done: make(chan struct{}), grace: o.Grace}
 	// Not the test's context: the process is stopped gracefully by Stop, not killed on cancel.
 	p.cmd = exec.CommandContext(context.Background(), bin, args...)
 	p.cmd.Env = childEnv(o.Env, o.DropEnv...)

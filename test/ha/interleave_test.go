@@ -4,7 +4,6 @@ package ha_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -33,10 +32,7 @@ const warmTrials = 5
 // as medians.
 func TestWarmInterleavings(t *testing.T) {
 	bin := mooncaketest.Bin(t, "python")
-	etcdBin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "etcd")
-	if _, err := os.Stat(etcdBin); err != nil {
-		t.Fatalf("no etcd at %s (KUBEBUILDER_ASSETS=%q): run `make tools` and `export KUBEBUILDER_ASSETS=$(hack/tools.sh assets)` (or use `make test`)", etcdBin, os.Getenv("KUBEBUILDER_ASSETS"))
-	}
+	etcdBin := etcdBinary(t)
 	const n, size = 40, 64 << 10
 
 	cases := []struct {

@@ -42,10 +42,7 @@ import (
 // store release change these outcomes, this test fails and the decision is to be made again.
 func TestStockWarmFailover(t *testing.T) {
 	bin := mooncaketest.Bin(t, "python")
-	etcdBin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "etcd")
-	if _, err := os.Stat(etcdBin); err != nil {
-		t.Fatalf("no etcd at %s (KUBEBUILDER_ASSETS=%q): run `make tools` and `export KUBEBUILDER_ASSETS=$(hack/tools.sh assets)` (or use `make test`)", etcdBin, os.Getenv("KUBEBUILDER_ASSETS"))
-	}
+	etcdBin := etcdBinary(t)
 
 	t.Run("a standby that replays the log keeps every object through a kill of the leader", func(t *testing.T) {
 		w := startWarm(t, bin, etcdBin, warmOptions{})
@@ -182,14 +179,25 @@ func TestStockWarmFailover(t *testing.T) {
 	})
 }
 
-// renderedWarmFlags are the master flags the operator renders for warm failover, less those the
-// test sets for its own processes (ports, addresses, the etcd and the cluster id).
-func renderedWarmFlags(t *testing.T) []string {
+// etcdBinary is the etcd of the envtest assets, which the warm stores' masters elect through.
+func etcdBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "etcd")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no etcd at %s (KUBEBUILDER_ASSETS=%q): run `make tools` and `export KUBEBUILDER_ASSETS=$(hack/tools.sh assets)` (or use `make test`)", bin, os.Getenv("KUBEBUILDER_ASSETS"))
+	}
+	return bin
+}
+
+// renderedWarmFlags are the master flags the operator renders for warm failover (with extra as
+// leader.extraArgs), less those the test sets for its own processes (ports, addresses, the etcd
+// and the cluster id).
+func renderedWarmFlags(t *testing.T, extra ...string) []string {
 	t.Helper()
 	b := &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "warm", UID: "0b9e4d2c-7a61-4f3e-9c58-2d1e6f7a8b90"}}
 	b.Spec.Connection.Managed = &kvv1.ManagedConnection{
 		Leader: kvv1.Leader{Replicas: ptr.To[int32](2), ElectionBackend: kvv1.ElectionEtcd, MultiTenancy: ptr.To(false),
-			Etcd: &kvv1.StoreEtcd{Endpoints: []string{"etcd:2379"}}},
+			Etcd: &kvv1.StoreEtcd{Endpoints: []string{"etcd:2379"}}, ExtraArgs: extra},
 		Members: []kvv1.MemberGroup{{NodeSelector: map[string]string{"kubernetes.io/os": "linux"}, CapacityPerMember: resource.MustParse("64Mi")}},
 	}
 	b.Default()
