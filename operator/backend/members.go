@@ -60,7 +60,7 @@ func (r *Reconciler) replaceMembers(ctx context.Context, s *state) error {
 			kept = append(kept, d)
 			continue
 		}
-		done, err := r.finishDrain(ctx, s, admin, d, p)
+		done, err := r.finishDrain(ctx, s, admin, &d, p)
 		if err != nil {
 			return err
 		}
@@ -184,9 +184,15 @@ func (r *Reconciler) startDrain(ctx context.Context, s *state, admin store.Admin
 
 // finishDrain looks at a recorded drain: when it ended (or its time is up) the member is
 // deleted (a replacement) or left drained (a cordoned node); done says the record can go.
-func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admin, d kvv1.MemberDrain, p *corev1.Pod) (done bool, err error) {
+func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admin, d *kvv1.MemberDrain, p *corev1.Pod) (done bool, err error) {
 	b := s.backend
 	job, err := admin.Drain(ctx, d.JobID)
+	if store.HasCode(err, store.CodeJobNotFound) && b.Spec.Connection.Managed.Leader.Warm() {
+		if r.restartDrain(ctx, s, admin, d, p) || s.now.Sub(d.StartTime.Time) < drainTimeout(b, p) {
+			return false, nil
+		}
+		// Its segment never came back on the new master: nothing there to move.
+	}
 	switch {
 	case store.HasCode(err, store.CodeJobNotFound):
 		// A new master: it knows neither the job nor the objects.
@@ -217,6 +223,33 @@ func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admi
 		return true, r.deleteMember(ctx, s, p, "its objects were moved to the other members first")
 	}
 	return true, nil
+}
+
+// restartDrain drains a member again on a warm store's new master, which kept the member's
+// objects through the failover but knows no job of the master before: the record is given the
+// new job, and the group's drainTimeout starts over. Until the member's segment is listed on the
+// new master again (the members mount theirs again after it serves), or while the master
+// refuses the job, nothing is restarted and the record waits.
+func (r *Reconciler) restartDrain(ctx context.Context, s *state, admin store.Admin, d *kvv1.MemberDrain, p *corev1.Pod) bool {
+	b := s.backend
+	segs := segmentsOf(s.reading.segments, p)
+	if len(segs) == 0 {
+		return false
+	}
+	names := make([]string, len(segs))
+	for i, seg := range segs {
+		names[i] = seg.Name
+	}
+	job, err := admin.CreateDrain(ctx, names, nil, drainConcurrency)
+	if err != nil {
+		r.Metrics.ScrapeFailed(b.Name, "drain", err)
+		log.FromContext(ctx).Error(err, "drain of a member could not start again after a failover", "pod", p.Name, "segments", names)
+		return false
+	}
+	d.JobID, d.Segments, d.StartTime = job.ID, names, metav1.Time{Time: s.now.Truncate(time.Second)}
+	r.Recorder.Eventf(b, p, corev1.EventTypeNormal, "MemberDraining", "Drain",
+		"the store failed over while member %s was drained: the new master kept its objects but not the job, so they are moved again (%s); the new master leases every object it kept for its default_kv_lease_ttl, and a leased object moves only once its lease ended", p.Name, strings.Join(names, ", "))
+	return true
 }
 
 func (r *Reconciler) deleteMember(ctx context.Context, s *state, p *corev1.Pod, why string) error {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
@@ -95,4 +96,44 @@ func TestACordonedNodesMemberIsDrainedAndRestartedWhenItIsBack(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(p), live) != nil || live.DeletionTimestamp != nil
 	}, wait, 100*time.Millisecond, "uncordoned: the drained member restarts to take writes")
+}
+
+// On a warm store, a failover while a member is drained keeps the member's objects on the new
+// master, which knows no job of the one before: the operator drains the member there again
+// (a new job in status.drains, an event saying why) instead of deleting it with its objects.
+func TestAWarmFailoverDuringADrainDrainsAgain(t *testing.T) {
+	ctx := context.Background()
+	fake := fakeStore(t, "warm-drains", storetest.FakeOptions{})
+	b := walkthroughBackend("warm-drains")
+	b.Spec.Connection.Managed.Leader = kvv1.Leader{ElectionBackend: kvv1.ElectionEtcd, MultiTenancy: ptr.To(false),
+		Etcd: &kvv1.StoreEtcd{Endpoints: []string{"store-etcd.gpustack-system.svc:2379"}}}
+	create(t, b)
+	p0 := memberPod(t, "warm-drains", 0, 0, "10.9.0.10")
+	memberPod(t, "warm-drains", 0, 1, "10.9.0.11")
+	fake.MountSegment("10.9.0.10:15400", 8<<30, "tcp")
+	fake.MountSegment("10.9.0.11:15400", 8<<30, "tcp")
+	eventuallyBackend(t, "warm-drains", "both members mounted", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Members) == 2 })
+
+	updateBackend(t, "warm-drains", func(b *kvv1.KVCacheBackend) {
+		b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("16Gi")
+	})
+	first := eventuallyBackend(t, "warm-drains", "a drain of the first stale member", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 1 }).Status.Drains[0]
+	require.Equal(t, []string{first.JobID}, fake.DrainJobs())
+
+	fake.FailOverWarm()
+	again := eventuallyBackend(t, "warm-drains", "the member drained again on the new master", func(b *kvv1.KVCacheBackend) bool {
+		return len(b.Status.Drains) == 1 && b.Status.Drains[0].JobID != first.JobID
+	}).Status.Drains[0]
+	assert.Equal(t, first.Pod, again.Pod)
+	assert.Equal(t, []string{"10.9.0.10:15400"}, again.Segments)
+	assert.Equal(t, []string{again.JobID}, fake.DrainJobs(), "the new master runs the new job")
+	live := &corev1.Pod{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(p0), live))
+	assert.Nil(t, live.DeletionTimestamp, "the member stays while its objects move again")
+	assert.Contains(t, strings.Join(eventNotes(t, "MemberDraining", "warm-drains"), "\n"), "the new master kept its objects but not the job, so they are moved again")
+
+	fake.SetDrain(again.JobID, storetest.DrainProgress{Status: store.DrainSucceeded, Succeeded: 12, MigratedBytes: 12 << 20})
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(p0), live) != nil || live.DeletionTimestamp != nil
+	}, wait, 100*time.Millisecond, "deleted once drained on the new master")
 }

@@ -255,12 +255,31 @@ func (f *Fake) Restart() {
 	f.evicted, f.rejected = map[string]int64{}, map[string]int64{}
 	f.jobs, f.jobOrder = map[string]*drainJob{}, nil
 	f.policy = clone(f.file)
+	f.remountAll()
+	f.mu.Unlock()
+	f.SetDown(false)
+}
+
+// remountAll is every member mounting its segment again on a new master, whose counters start
+// over. f.mu is held.
+func (f *Fake) remountAll() {
 	f.mounts, f.unmounts, f.remounts = 0, 0, uint64(len(f.segments))
 	for name, s := range f.segments {
 		s.pingingSince = f.now()
 		s.status = segOK
 		f.segments[name] = s
 	}
+}
+
+// FailOverWarm emulates a warm store's failover: a standby that replayed the operation log takes
+// over on the same address with every object, but without the drain jobs (measured: it knows
+// none, and the segments they drained list OK again). Members re-mount their segments at once;
+// the counters start over.
+func (f *Fake) FailOverWarm() {
+	f.SetDown(true)
+	f.mu.Lock()
+	f.jobs, f.jobOrder = map[string]*drainJob{}, nil
+	f.remountAll()
 	f.mu.Unlock()
 	f.SetDown(false)
 }
