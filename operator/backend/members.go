@@ -44,6 +44,9 @@ func (r *Reconciler) replaceMembers(ctx context.Context, s *state) error {
 	}
 	admin := r.Admin(b)
 	storeUp := admin != nil && s.reading.segmentsRead && s.reading.segErr == nil
+	// After a warm failover the new master leases every object it kept: nothing moves before the
+	// leases end, so no drain starts before (it would only run out its drainTimeout).
+	leased := leasesAfterFailover(s)
 	kept := b.Status.Drains[:0:0]
 	busy := map[string]bool{} // groups with a member away or being drained
 	// Drains in progress first: each ends, waits, or is given up.
@@ -100,6 +103,12 @@ func (r *Reconciler) replaceMembers(ctx context.Context, s *state) error {
 		}
 		busy[group] = true
 		p := stale[0]
+		if s.now.Before(leased) {
+			r.Recorder.Eventf(b, &p, corev1.EventTypeNormal, "MemberDrainWaiting", "Drain",
+				"member %s is replaced once the leases the new master of the failover at %s granted on every object it kept end, at %s: its objects cannot move before",
+				p.Name, b.Status.Leader.LastFailover.Time.UTC().Format(time.RFC3339), leased.UTC().Format(time.RFC3339))
+			continue
+		}
 		if err := r.drainOrDelete(ctx, s, admin, storeUp, &p, kvv1.DrainReplace, fmt.Sprintf("its pod spec is stale (%d stale in %s)", len(stale), ds.Name)); err != nil {
 			return err
 		}
@@ -122,7 +131,7 @@ func (r *Reconciler) replaceMembers(ctx context.Context, s *state) error {
 		cordoned := node != nil && node.Spec.Unschedulable
 		drained := allDrained(segs)
 		switch {
-		case cordoned && !drained && !busy[memberGroup(p)]:
+		case cordoned && !drained && !busy[memberGroup(p)] && !s.now.Before(leased):
 			busy[memberGroup(p)] = true
 			if err := r.startDrain(ctx, s, admin, p, segs, kvv1.DrainCordoned); err != nil {
 				return err
@@ -188,7 +197,7 @@ func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admi
 	b := s.backend
 	job, err := admin.Drain(ctx, d.JobID)
 	if store.HasCode(err, store.CodeJobNotFound) && b.Spec.Connection.Managed.Leader.Warm() {
-		if r.restartDrain(ctx, s, admin, d, p) || s.now.Sub(d.StartTime.Time) < drainTimeout(b, p) {
+		if s.now.Before(leasesAfterFailover(s)) || r.restartDrain(ctx, s, admin, d, p) || s.now.Sub(d.StartTime.Time) < drainTimeout(b, p) {
 			return false, nil
 		}
 		// Its segment never came back on the new master: nothing there to move.
@@ -223,6 +232,42 @@ func (r *Reconciler) finishDrain(ctx context.Context, s *state, admin store.Admi
 		return true, r.deleteMember(ctx, s, p, "its objects were moved to the other members first")
 	}
 	return true, nil
+}
+
+// leasesAfterFailover is when the leases end that the new master of a warm store's last failover
+// granted on every object it kept (measured: a drain's units stay blocked for exactly
+// default_kv_lease_ttl after it takes over); zero for a store that fails over cold or never did.
+func leasesAfterFailover(s *state) time.Time {
+	l := s.backend.Status.Leader
+	if !s.backend.Spec.Connection.Managed.Leader.Warm() || l == nil || l.LastFailover == nil || l.LastFailover.Mode != kvv1.FailoverWarm {
+		return time.Time{}
+	}
+	return l.LastFailover.Time.Add(leaseTTL(renderedLeader(s)))
+}
+
+// leaseTTL is the masters' -default_kv_lease_ttl as rendered (the last one given wins): raw
+// milliseconds, or a number with one unit of ms, s, m or h. A leader whose value does not parse
+// counts the master's own default, 5 s.
+func leaseTTL(d *appsv1.Deployment) time.Duration {
+	const flag, masterDefault = "-default_kv_lease_ttl=", 5 * time.Second
+	ttl := masterDefault
+	if d == nil || len(d.Spec.Template.Spec.Containers) == 0 {
+		return ttl
+	}
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		v, ok := strings.CutPrefix(a, flag)
+		if !ok {
+			continue
+		}
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			ttl = time.Duration(ms) * time.Millisecond
+		} else if t, err := time.ParseDuration(v); err == nil {
+			ttl = t
+		} else {
+			ttl = masterDefault
+		}
+	}
+	return ttl
 }
 
 // restartDrain drains a member again on a warm store's new master, which kept the member's

@@ -100,13 +100,15 @@ func TestACordonedNodesMemberIsDrainedAndRestartedWhenItIsBack(t *testing.T) {
 
 // On a warm store, a failover while a member is drained keeps the member's objects on the new
 // master, which knows no job of the one before: the operator drains the member there again
-// (a new job in status.drains, an event saying why) instead of deleting it with its objects.
+// (a new job in status.drains, an event saying why) instead of deleting it with its objects,
+// once the leases the new master granted on every object it kept ended (the masters'
+// default_kv_lease_ttl, here 3 s), before which nothing could move.
 func TestAWarmFailoverDuringADrainDrainsAgain(t *testing.T) {
 	ctx := context.Background()
 	fake := fakeStore(t, "warm-drains", storetest.FakeOptions{})
 	b := walkthroughBackend("warm-drains")
 	b.Spec.Connection.Managed.Leader = kvv1.Leader{ElectionBackend: kvv1.ElectionEtcd, MultiTenancy: ptr.To(false),
-		Etcd: &kvv1.StoreEtcd{Endpoints: []string{"store-etcd.gpustack-system.svc:2379"}}}
+		Etcd: &kvv1.StoreEtcd{Endpoints: []string{"store-etcd.gpustack-system.svc:2379"}}, ExtraArgs: []string{"-default_kv_lease_ttl=3s"}}
 	create(t, b)
 	p0 := memberPod(t, "warm-drains", 0, 0, "10.9.0.10")
 	memberPod(t, "warm-drains", 0, 1, "10.9.0.11")
@@ -120,10 +122,16 @@ func TestAWarmFailoverDuringADrainDrainsAgain(t *testing.T) {
 	first := eventuallyBackend(t, "warm-drains", "a drain of the first stale member", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 1 }).Status.Drains[0]
 	require.Equal(t, []string{first.JobID}, fake.DrainJobs())
 
+	time.Sleep(2 * time.Second) // the members ping the master: its counters grow past the new one's
 	fake.FailOverWarm()
 	again := eventuallyBackend(t, "warm-drains", "the member drained again on the new master", func(b *kvv1.KVCacheBackend) bool {
 		return len(b.Status.Drains) == 1 && b.Status.Drains[0].JobID != first.JobID
 	}).Status.Drains[0]
+	failedOver := get(t, &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "warm-drains"}}).Status.Leader.LastFailover
+	require.NotNil(t, failedOver, "the failover observed")
+	assert.Equal(t, kvv1.FailoverWarm, failedOver.Mode)
+	assert.False(t, again.StartTime.Before(&metav1.Time{Time: failedOver.Time.Add(3 * time.Second)}),
+		"drained again once the leases ended: failover observed %s, drain started %s", failedOver.Time, again.StartTime)
 	assert.Equal(t, first.Pod, again.Pod)
 	assert.Equal(t, []string{"10.9.0.10:15400"}, again.Segments)
 	assert.Equal(t, []string{again.JobID}, fake.DrainJobs(), "the new master runs the new job")
@@ -136,4 +144,34 @@ func TestAWarmFailoverDuringADrainDrainsAgain(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return env.Client.Get(ctx, client.ObjectKeyFromObject(p0), live) != nil || live.DeletionTimestamp != nil
 	}, wait, 100*time.Millisecond, "deleted once drained on the new master")
+}
+
+// A warm store's member is replaced only once the leases its last failover's new master granted
+// ended: until then its objects could not move, and the drain would only run out its time.
+func TestAWarmStoresMembersWaitForTheLeasesOfAFailover(t *testing.T) {
+	fake := fakeStore(t, "warm-waits", storetest.FakeOptions{})
+	b := walkthroughBackend("warm-waits")
+	b.Spec.Connection.Managed.Leader = kvv1.Leader{ElectionBackend: kvv1.ElectionEtcd, MultiTenancy: ptr.To(false),
+		Etcd: &kvv1.StoreEtcd{Endpoints: []string{"store-etcd.gpustack-system.svc:2379"}}, ExtraArgs: []string{"-default_kv_lease_ttl=4s"}}
+	create(t, b)
+	memberPod(t, "warm-waits", 0, 0, "10.9.1.10")
+	memberPod(t, "warm-waits", 0, 1, "10.9.1.11")
+	fake.MountSegment("10.9.1.10:15400", 8<<30, "tcp")
+	fake.MountSegment("10.9.1.11:15400", 8<<30, "tcp")
+	eventuallyBackend(t, "warm-waits", "both members mounted", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Members) == 2 })
+	time.Sleep(2 * time.Second) // the members ping the master: its counters grow past the new one's
+
+	fake.FailOverWarm()
+	failedOver := eventuallyBackend(t, "warm-waits", "the failover observed", func(b *kvv1.KVCacheBackend) bool {
+		return b.Status.Leader != nil && b.Status.Leader.LastFailover != nil
+	}).Status.Leader.LastFailover
+	updateBackend(t, "warm-waits", func(b *kvv1.KVCacheBackend) {
+		b.Spec.Connection.Managed.Members[0].CapacityPerMember = resource.MustParse("16Gi")
+	})
+	require.Eventually(t, func() bool { return len(eventNotes(t, "MemberDrainWaiting", "warm-waits")) > 0 }, wait, 100*time.Millisecond)
+	assert.Contains(t, eventNotes(t, "MemberDrainWaiting", "warm-waits")[0], "once the leases the new master of the failover at "+failedOver.Time.UTC().Format(time.RFC3339)+" granted on every object it kept end")
+	assert.Empty(t, fake.DrainJobs(), "no drain while the leases last")
+
+	d := eventuallyBackend(t, "warm-waits", "a drain once the leases ended", func(b *kvv1.KVCacheBackend) bool { return len(b.Status.Drains) == 1 }).Status.Drains[0]
+	assert.False(t, d.StartTime.Before(&metav1.Time{Time: failedOver.Time.Add(4 * time.Second)}), "failover observed %s, drain started %s", failedOver.Time, d.StartTime)
 }
