@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"backend", "mode"}),
 		failoverKept: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvcache_backend_failover_kept_objects_total",
-			Help: "Objects a new master process kept of those the one before it held, by backend.",
+			Help: "Objects a new master process kept of those the one before it held, by backend (for a warm store, counted once its members mounted their segments on it again: what a member that never did held is lost).",
 		}, []string{"backend"}),
 		observations: newObservations(),
 	}
@@ -109,12 +109,20 @@ func (m *Metrics) Lost(backend, cause string, objects, bytes int64) {
 	m.lostBytes.WithLabelValues(backend, cause).Add(float64(bytes))
 }
 
-// Failover counts a new master process and the objects it kept.
-func (m *Metrics) Failover(backend, mode string, kept int64) {
+// Failover counts a new master process.
+func (m *Metrics) Failover(backend, mode string) {
 	if m == nil {
 		return
 	}
 	m.failovers.WithLabelValues(backend, mode).Inc()
+}
+
+// FailoverKept counts the objects a new master process kept, once that is known (for a warm
+// store: once the members mounted their segments on it again, or did not in time).
+func (m *Metrics) FailoverKept(backend string, kept int64) {
+	if m == nil {
+		return
+	}
 	m.failoverKept.WithLabelValues(backend).Add(float64(kept))
 }
 

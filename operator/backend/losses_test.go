@@ -101,3 +101,53 @@ func TestFailoverSaysWhatTheNewMasterKept(t *testing.T) {
 	assert.Equal(t, &kvv1.FailoverObserved{Time: metav1.Time{Time: at}, Mode: kvv1.FailoverCold, Kept: 0, Lost: 200}, f)
 	assert.Empty(t, rec.Events, "a cold store's restart had its ColdCache event when it was read")
 }
+
+// A warm store's member that does not mount its segment on the new master of a failover in time
+// is lost with what it held, though the new master still indexes those objects: the failover's
+// kept count gives them up and status.lost counts them (estimated by the segment's bytes); a
+// member back in time, or one drained before, loses nothing.
+func TestWarmFailoverSettlesOnceTheMembersAreBack(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	seg := func(allocated int64, status string) segmentSnapshot {
+		return segmentSnapshot{allocated: allocated, status: status}
+	}
+	before := storeSnapshot{keys: 200, allocated: 200 << 20, segments: map[string]segmentSnapshot{
+		"10.0.0.1:12001": seg(150<<20, store.SegmentOK), "10.0.0.2:12002": seg(50<<20, store.SegmentOK), "10.0.0.3:12003": seg(0, store.SegmentDrained)}}
+	// The new master indexes all 200 objects; the second member has not mounted yet.
+	after := storeSnapshot{keys: 200, allocated: 150 << 20, segments: map[string]segmentSnapshot{"10.0.0.1:12001": seg(150<<20, store.SegmentOK)}}
+	back := storeSnapshot{keys: 200, allocated: 200 << 20, segments: map[string]segmentSnapshot{
+		"10.0.0.1:12001": seg(150<<20, store.SegmentOK), "10.0.0.2:12002": seg(50<<20, store.SegmentOK)}}
+	run := func(reads ...storeSnapshot) (*kvv1.KVCacheBackend, *events.FakeRecorder) {
+		b := managedBackend()
+		b.Spec.Connection.Managed.Leader.ElectionBackend = kvv1.ElectionEtcd
+		rec := events.NewFakeRecorder(10)
+		r := &Reconciler{Recorder: rec}
+		r.failover(&state{backend: b, now: at}, before, after)
+		for i, rd := range reads {
+			r.checkRemounts(&state{backend: b, now: at.Add(time.Duration(i+1) * 20 * time.Second)}, rd)
+		}
+		return b, rec
+	}
+
+	b, rec := run(after, back)
+	assert.Equal(t, int64(200), b.Status.Leader.LastFailover.Kept, "the member mounted again 40 s after")
+	assert.Zero(t, b.Status.Leader.LastFailover.Lost)
+	assert.Nil(t, b.Status.Lost)
+	assert.Len(t, rec.Events, 1, "the WarmFailover event only")
+
+	b, rec = run(after, after, after)
+	f := b.Status.Leader.LastFailover
+	assert.Equal(t, int64(150), f.Kept, "the missing member's share (50 of 200 MiB) of the 200 objects is lost")
+	assert.Equal(t, int64(50), f.Lost)
+	require.NotNil(t, b.Status.Lost)
+	assert.Equal(t, int64(50), b.Status.Lost.Objects)
+	assert.Equal(t, int64(50<<20), b.Status.Lost.Bytes.Value())
+	assert.Equal(t, kvv1.LossMemberLost, b.Status.Lost.Last.Cause)
+	assert.Equal(t, "10.0.0.2:12002", b.Status.Lost.Last.Member, "the drained segment that went lost nothing")
+	<-rec.Events // WarmFailover
+	assert.Equal(t, "Warning ObjectsLost 50 object(s) (50Mi) are gone from the store: member segment 10.0.0.2:12002 did not mount on the new master within 1m0s of the failover, and the about 50 objects it held (by its share of the bytes) miss, though the new master still indexes them; every engine that reads them misses and prefills again (50 objects, 50Mi lost in all)", <-rec.Events)
+
+	b, rec = run(after, after, after, after)
+	assert.Equal(t, int64(50), b.Status.Lost.Objects, "counted once")
+	assert.Len(t, rec.Events, 2)
+}
