@@ -65,7 +65,9 @@ type warmWalk struct {
 // three times and its master killed three times; each time a standby takes over holding every
 // object (none missing, none another key's bytes), and the operator says so (status, event, the
 // FAILOVER column). A member deleted during a failover loses no object held elsewhere and reads
-// back none wrong. Then everything is deleted and the release uninstalled, leaving nothing.
+// back none wrong; a member killed during one reads back none wrong either, and the operator
+// counts what it held lost. Then everything is deleted and the release uninstalled, leaving
+// nothing.
 func TestWarmFailover(t *testing.T) {
 	ww := &warmWalk{walk: newWalk(t), first: len(figures)}
 	t.Cleanup(func() {
@@ -79,6 +81,7 @@ func TestWarmFailover(t *testing.T) {
 	// Each measurement's failure is reported, and the teardown still runs and is checked.
 	ww.measureWarm(t, "warm failover: the serving leader Pod deleted, its master killed; every object kept", ww.failover)
 	ww.measureWarm(t, "warm failover with a member Pod deleted at the same time: nothing wrong, the other member's objects kept", ww.memberDuringFailover)
+	ww.measureWarm(t, "warm failover with a member killed at the same time: nothing wrong, the other member's objects kept, the dead member's counted lost", ww.memberKilledDuringFailover)
 	ww.step(t, "the objects deleted, then helm uninstall: nothing left", ww.teardown)
 
 	t.Logf("figures:\n  %s", strings.Join(figures[ww.first:], "\n  "))
@@ -274,6 +277,9 @@ func (ww *warmWalk) failover(t *testing.T) {
 		for i := 1; i <= warmRuns; i++ {
 			r := ww.failoverRun(t, crash, nil)
 			assertWarm(t, r)
+			// A client that dialled the gone Pod's address would wait out its 30 s connect
+			// timeout.
+			assert.Less(t, r.c, r.a+10*time.Second, "run %d: the probe's next put soon after a new master serves", i)
 			a, b, c = append(a, r.a), append(b, r.b), append(c, r.c)
 			record(t, "warm, %s, run %d: %s -> %s (election view %s -> %s); (a) a new master serves after %s, (b) Ready with full capacity and lastFailover %s kept %d lost %d (the master before held %d objects as it went) after %s (the failover reported after %s), (c) the probe's next put after %s; probe objects kept %d, missing %d, wrong %d of %d",
 				how, i, r.from, r.to, r.views[0], r.views[1], r.a.Round(10*time.Millisecond), r.failover.Mode, r.failover.Kept, r.failover.Lost, r.keysBefore, r.b.Round(10*time.Millisecond), r.seen.Round(10*time.Millisecond),
@@ -438,23 +444,8 @@ func (ww *warmWalk) failoverRun(t *testing.T, crash bool, also func()) warmRun {
 func (ww *warmWalk) memberDuringFailover(t *testing.T) {
 	ctx := context.Background()
 	ww.waitSteady(t, ww.probe.name)
-	members := memberPodsByNode(t, warmBackend)
-	require.Len(t, members, len(env.sockets))
-	where := probeObjectsByMember(t, members)
-	var victim corev1.Pod
-	most := -1
-	for _, m := range members {
-		if where[m.Name] > most {
-			victim, most = m, where[m.Name]
-		}
-	}
-	others := 0
-	for name, n := range where {
-		if name != victim.Name {
-			others += n
-		}
-	}
-	t.Logf("probe objects by member: %v; deleting %s on %s with the serving leader Pod", where, victim.Name, victim.Spec.NodeName)
+	victim, most, others := ww.busiestMember(t)
+	t.Logf("deleting %s on %s with the serving leader Pod", victim.Name, victim.Spec.NodeName)
 	lostBefore := lostObjects(getBackend(t, warmBackend))
 	// The member's preStop drain writes its lines to the member's log, which goes with the Pod:
 	// they are read as they come.
@@ -482,6 +473,56 @@ func (ww *warmWalk) memberDuringFailover(t *testing.T) {
 	assert.Zero(t, pr.Wrong, "no read returned another key's bytes: %+v", pr)
 	assert.GreaterOrEqual(t, pr.Kept, others, "every probe object the other member held is kept: %+v", pr)
 	assert.Equal(t, pr.Written, pr.Kept+pr.Missing, "every probe object is kept or missing: %+v", pr)
+}
+
+// busiestMember is the member holding the most of the probe's objects, how many it holds, and
+// how many the others hold.
+func (ww *warmWalk) busiestMember(t *testing.T) (victim corev1.Pod, most, others int) {
+	t.Helper()
+	members := memberPodsByNode(t, warmBackend)
+	require.Len(t, members, len(env.sockets))
+	where := probeObjectsByMember(t, members)
+	most = -1
+	for _, m := range members {
+		if where[m.Name] > most {
+			victim, most = m, where[m.Name]
+		}
+	}
+	for name, n := range where {
+		if name != victim.Name {
+			others += n
+		}
+	}
+	t.Logf("probe objects by member: %v", where)
+	return victim, most, others
+}
+
+// memberKilledDuringFailover kills the serving master and a member's process at once. The
+// member starts again in its Pod under a new segment name and never mounts the old one on the
+// new master, which still indexes the objects it held: no read returns another key's bytes,
+// every object the other member held is kept, and once the members' minute to mount again has
+// passed the operator counts the dead member's objects lost, out of the failover's kept count.
+func (ww *warmWalk) memberKilledDuringFailover(t *testing.T) {
+	ww.waitSteady(t, ww.probe.name)
+	victim, most, others := ww.busiestMember(t)
+	lostBefore := lostObjects(getBackend(t, warmBackend))
+	r := ww.failoverRun(t, true, func() { killContainer(t, &victim) })
+	var b *kvv1.KVCacheBackend
+	counted := eventually(t, 3*time.Minute, time.Second, "the dead member's objects counted lost", func() (bool, string) {
+		b = getBackend(t, warmBackend)
+		f := b.Status.Leader.LastFailover
+		return lostObjects(b) > lostBefore && f != nil && f.Lost > 0, fmt.Sprintf("lastFailover %+v, lost %+v", f, b.Status.Lost)
+	})
+	pr := ww.probe.mustRead(t)
+	f := b.Status.Leader.LastFailover
+	record(t, "warm, the serving master and member %s (holding %d of the probe's objects, the other member %d) killed together: (a) a new master after %s, (c) the probe's next put after %s; counted lost %s after the kill: lastFailover kept %d lost %d, status.lost +%d (%s, %s); probe objects kept %d, missing %d, wrong %d of %d",
+		victim.Name, most, others, r.a.Round(10*time.Millisecond), r.c.Round(10*time.Millisecond), counted.Sub(r.t0).Round(time.Second),
+		f.Kept, f.Lost, lostObjects(b)-lostBefore, b.Status.Lost.Last.Cause, b.Status.Lost.Last.Member, pr.Kept, pr.Missing, pr.Wrong, pr.Written)
+	assert.Zero(t, pr.Wrong, "no read returned another key's bytes: %+v", pr)
+	assert.GreaterOrEqual(t, pr.Kept, others, "every probe object the other member held is kept: %+v", pr)
+	assert.Positive(t, pr.Missing, "the dead member's objects miss: %+v", pr)
+	assert.Equal(t, kvv1.LossMemberLost, b.Status.Lost.Last.Cause)
+	assert.GreaterOrEqual(t, f.Lost, int64(pr.Missing)/2, "the estimate counts about what misses: %+v, %+v", f, pr)
 }
 
 // teardown deletes what the test applied as a user does, the store before its etcd, and
