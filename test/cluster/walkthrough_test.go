@@ -715,6 +715,9 @@ func (w *walk) failoverRun(t *testing.T, engine string, crash bool) (a, b, c tim
 			t.Logf("failover of %s (crash %v) failed; logs since:\n%s", old.Name, crash, logsSince(ctx, t0, engine, backendName))
 		}
 	}()
+	// What the leader Service routes to, as it changes, for a failover whose client lags.
+	routes, stopRoutes := watchEndpoints(backendName + "-leader")
+	defer stopRoutes()
 	if crash {
 		t0 = time.Now()
 		killContainer(t, old)
@@ -801,7 +804,8 @@ func (w *walk) failoverRun(t *testing.T, engine string, crash bool) (a, b, c tim
 		}
 	}
 	if goal := failoverGoal(crash); cAt.Sub(t0) > goal {
-		t.Logf("over the goal (%s > %s): what the engine and the members logged since the failover:\n%s", cAt.Sub(t0), goal, logsSince(ctx, t0, engine, backendName))
+		t.Logf("over the goal (%s > %s): what the engine and the members logged since the failover:\n%s\nthe leader Service's endpoints as they changed:\n%s",
+			cAt.Sub(t0), goal, logsSince(ctx, t0, engine, backendName), strings.Join(routes(), "\n"))
 	}
 	return aAt.Sub(t0), bAt.Sub(t0), cAt.Sub(t0)
 }
