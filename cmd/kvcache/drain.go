@@ -54,7 +54,7 @@ member's objects anyway.`,
 			if fileErr != nil {
 				c.Log.Warn("drain-log-file", "error", fileErr.Error(), "reason", "the lines go to stdout only")
 			}
-			if missing := drainConfigMissing(admin, podIP); missing != "" {
+			if missing := memberConfigMissing(vocab.DrainMemberCommand, admin, podIP); missing != "" {
 				c.Log.Error("drain-done", "result", "not-configured", "message", missing+"; nothing moved")
 				return nil
 			}
@@ -85,8 +85,9 @@ member's objects anyway.`,
 	return cmd
 }
 
-// drainConfigMissing names what drain-member cannot run without, or "".
-func drainConfigMissing(admin, podIP string) string {
+// memberConfigMissing names what command, run in a member Pod (drain-member, member-run), cannot
+// run without, or "".
+func memberConfigMissing(command, admin, podIP string) string {
 	var missing []string
 	if admin == "" {
 		missing = append(missing, fmt.Sprintf("the master's admin address (--master-admin or $%s)", vocab.DrainAdminEnv))
@@ -97,7 +98,7 @@ func drainConfigMissing(admin, podIP string) string {
 	if len(missing) == 0 {
 		return ""
 	}
-	return "drain-member needs " + strings.Join(missing, " and ")
+	return command + " needs " + strings.Join(missing, " and ")
 }
 
 // adminURL accepts host:port as the templates write it, or a URL.

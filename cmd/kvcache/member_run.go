@@ -55,7 +55,7 @@ SIGTERM or SIGINT while waiting exits 0.`,
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
 				return usageErrorf("member-run needs the member command after --: kvcache member-run -- %s --port=N ...", vocab.MemberCommand)
 			}
-			if missing := memberRunConfigMissing(admin, podIP); missing != "" {
+			if missing := memberConfigMissing(vocab.MemberRunCommand, admin, podIP); missing != "" {
 				return usageErrorf("%s; the member was not started", missing)
 			}
 			lo, hi, err := parsePortRange(portRange)
@@ -114,21 +114,6 @@ SIGTERM or SIGINT while waiting exits 0.`,
 		"MIN-MAX, the ports the segment name may take (a label: nothing listens on it); member groups whose Pods share an IP (host networking) need disjoint ranges")
 	f.DurationVar(&wait, "wait", defaultMemberRunWait, "give up, exiting 1 without starting the member, when no master has served for this long; 0: wait for ever")
 	return cmd
-}
-
-// memberRunConfigMissing names what member-run cannot run without, or "".
-func memberRunConfigMissing(admin, podIP string) string {
-	var missing []string
-	if admin == "" {
-		missing = append(missing, fmt.Sprintf("the master's admin address (--master-admin or $%s)", vocab.DrainAdminEnv))
-	}
-	if podIP == "" {
-		missing = append(missing, fmt.Sprintf("this Pod's IP (--pod-ip or $%s, from the downward API's status.podIP)", vocab.DrainPodIPEnv))
-	}
-	if len(missing) == 0 {
-		return ""
-	}
-	return vocab.MemberRunCommand + " needs " + strings.Join(missing, " and ")
 }
 
 // parsePortRange reads MIN-MAX (or a single port).
