@@ -20,6 +20,12 @@
 // serving master can bind, as only it is behind the Service. hack/mooncake.sh and
 // KUBEBUILDER_ASSETS (`make tools`) are required: without them the test fails, never skips.
 // Run with -v for the timings; -ha.runs sets how many graceful and crash failovers it measures.
+//
+// Warm failover (leader.electionBackend: Etcd) is proven the same way, with a real etcd and
+// masters in their own etcd HA mode with the rendered flags: what the stock masters keep and
+// where they return another key's bytes (TestStockWarmFailover), every interleaving of an
+// engine's operations with a failover (TestWarmInterleavings), a member restarted around one
+// (TestFreshMemberNames) and a member drained through one (TestWarmDrainThroughFailover).
 package ha_test
 
 import (
