@@ -159,10 +159,7 @@ func (r *Reconciler) drainOrDelete(ctx context.Context, s *state, admin store.Ad
 // startDrain asks the master to move a member's objects to the others and records the job.
 func (r *Reconciler) startDrain(ctx context.Context, s *state, admin store.Admin, p *corev1.Pod, segs []store.Segment, reason string) error {
 	b := s.backend
-	names := make([]string, len(segs))
-	for i, seg := range segs {
-		names[i] = seg.Name
-	}
+	names := segmentNames(segs)
 	job, err := admin.CreateDrain(ctx, names, nil, drainConcurrency)
 	switch {
 	case store.HasCode(err, store.CodeSegmentNotFound):
@@ -281,10 +278,7 @@ func (r *Reconciler) restartDrain(ctx context.Context, s *state, admin store.Adm
 	if len(segs) == 0 {
 		return false
 	}
-	names := make([]string, len(segs))
-	for i, seg := range segs {
-		names[i] = seg.Name
-	}
+	names := segmentNames(segs)
 	job, err := admin.CreateDrain(ctx, names, nil, drainConcurrency)
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "drain", err)
@@ -315,6 +309,14 @@ func drainTimeout(b *kvv1.KVCacheBackend, p *corev1.Pod) time.Duration {
 		return kvv1.DefaultDrainTimeout
 	}
 	return m.Members[i].DrainTimeoutOrDefault()
+}
+
+func segmentNames(segs []store.Segment) []string {
+	names := make([]string, len(segs))
+	for i, seg := range segs {
+		names[i] = seg.Name
+	}
+	return names
 }
 
 func memberGroup(p *corev1.Pod) string { return p.Labels[vocab.LabelComponent] }
