@@ -3,6 +3,7 @@ package engines
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvcache-operator/kvcache/vocab"
@@ -90,6 +91,8 @@ type Serve struct {
 	Subcommand string
 	ModelFlag  string
 	PortFlag   string
+	// DefaultPort is where the server listens (its API and its /metrics) without PortFlag.
+	DefaultPort int32
 }
 
 // ServeArgv is the command and args that serve model on port.
@@ -102,6 +105,29 @@ func (e Engine) ServeArgv(model string, port int32) (command, args []string) {
 		args = append(args, f)
 	}
 	return command, append(args, model, e.Serve.PortFlag, fmt.Sprint(port))
+}
+
+// ServingPort is the port a server launched with argv listens on, as the engine's parser reads
+// its port flag (`--port N` or `--port=N`, the last one winning, as argparse does), or
+// Serve.DefaultPort. ok is false when the flag's value is not a port (an unexpanded $(VAR),
+// a missing value): the port cannot be known from the launch line.
+func (e Engine) ServingPort(argv []string) (port int32, ok bool) {
+	port = e.Serve.DefaultPort
+	for _, i := range e.Parser.Find(argv, e.Serve.PortFlag) {
+		_, value, inline := strings.Cut(argv[i], "=")
+		if !inline {
+			if i+1 >= len(argv) {
+				return 0, false
+			}
+			value = argv[i+1]
+		}
+		p, err := strconv.ParseUint(value, 10, 16)
+		if err != nil || p == 0 {
+			return 0, false
+		}
+		port = int32(p)
+	}
+	return port, true
 }
 
 // Flags every engine shares.
@@ -132,7 +158,7 @@ const (
 )
 
 var (
-	vllmServe     = Serve{Subcommand: "serve", PortFlag: "--port"}
+	vllmServe     = Serve{Subcommand: "serve", PortFlag: "--port", DefaultPort: 8000}
 	vllmProgram   = Program{Executable: "vllm", Engine: "vLLM"}
 	sglangProgram = Program{Module: "sglang.launch_server", Engine: "SGLang"}
 )
@@ -180,7 +206,7 @@ var (
 		InjectedEnv: []string{vocab.TenantEnv, vocab.MasterEnv, vocab.MetadataServerEnv, vocab.ProtocolEnv, vocab.DeviceEnv,
 			vocab.GlobalSegmentSizeEnv, vocab.LocalHostnameEnv},
 		StagingBuffer:         SGLangStagingBuffer,
-		Serve:                 Serve{ModelFlag: "--model-path", PortFlag: "--port"},
+		Serve:                 Serve{ModelFlag: "--model-path", PortFlag: "--port", DefaultPort: 30000},
 		HierarchicalCacheFlag: enableHierarchicalFlag,
 	}
 )

