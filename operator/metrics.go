@@ -93,10 +93,17 @@ func (m *Metrics) BackendGone(backend string) {
 	}
 }
 
-// PoolObserved replaces the figures of a pool's Bindings (none: the pool is gone).
-func (m *Metrics) PoolObserved(pool string, bs []BindingFigures) {
+// BindingObserved replaces a Binding's figures.
+func (m *Metrics) BindingObserved(f BindingFigures) {
 	if m != nil {
-		m.observations.SetPoolBindings(pool, bs)
+		m.observations.SetBinding(f)
+	}
+}
+
+// BindingGone drops a Binding's series: it is gone, being deleted, or its pool is.
+func (m *Metrics) BindingGone(namespace, name string) {
+	if m != nil {
+		m.observations.ForgetBinding(namespace, name)
 	}
 }
 

@@ -38,7 +38,7 @@ type BindingFigures struct {
 type Observations struct {
 	mu       sync.Mutex
 	backends map[string]BackendFigures
-	bindings map[string][]BindingFigures // by pool
+	bindings map[bindingKey]BindingFigures
 
 	up, capacity, used, registered, expected                    *prometheus.Desc
 	bindingUsed, bindingEffective, bindingEvicted, inUse, drift *prometheus.Desc
@@ -46,12 +46,15 @@ type Observations struct {
 
 var _ prometheus.Collector = (*Observations)(nil)
 
+// bindingKey names a Binding's figures: each Binding's controller replaces its own.
+type bindingKey struct{ namespace, name string }
+
 func newObservations() *Observations {
 	backend := []string{"backend"}
 	binding := []string{"namespace", "binding", "pool", "domain"}
 	return &Observations{
 		backends: map[string]BackendFigures{},
-		bindings: map[string][]BindingFigures{},
+		bindings: map[bindingKey]BindingFigures{},
 		up: prometheus.NewDesc("kvcache_store_up",
 			"1 when the backend's master answered its last read and serves, 0 when it did not answer or does not serve.", backend, nil),
 		capacity: prometheus.NewDesc("kvcache_backend_capacity_bytes",
@@ -89,15 +92,18 @@ func (o *Observations) ForgetBackend(name string) {
 	delete(o.backends, name)
 }
 
-// SetPoolBindings replaces the figures of a pool's Bindings.
-func (o *Observations) SetPoolBindings(pool string, bs []BindingFigures) {
+// SetBinding replaces a Binding's figures.
+func (o *Observations) SetBinding(f BindingFigures) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(bs) == 0 {
-		delete(o.bindings, pool)
-		return
-	}
-	o.bindings[pool] = append([]BindingFigures(nil), bs...)
+	o.bindings[bindingKey{f.Namespace, f.Name}] = f
+}
+
+// ForgetBinding drops the series of a Binding that is gone, or granted nothing.
+func (o *Observations) ForgetBinding(namespace, name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.bindings, bindingKey{namespace, name})
 }
 
 // Describe implements prometheus.Collector.
@@ -133,23 +139,21 @@ func (o *Observations) Collect(ch chan<- prometheus.Metric) {
 		gauge(o.registered, f.MembersRegistered, n)
 		gauge(o.expected, f.MembersExpected, n)
 	}
-	for _, bs := range o.bindings {
-		for _, b := range bs {
-			l := []string{b.Namespace, b.Name, b.Pool, b.Domain}
-			gauge(o.bindingUsed, b.UsedBytes, l...)
-			gauge(o.bindingEffective, b.EffectiveBytes, l...)
-			if b.EvictedBytes != nil {
-				ch <- prometheus.MustNewConstMetric(o.bindingEvicted, prometheus.CounterValue, float64(*b.EvictedBytes), l...)
-			}
-			if b.CacheInUse != nil {
-				v := int64(0)
-				if *b.CacheInUse {
-					v = 1
-				}
-				gauge(o.inUse, &v, l...)
-			}
-			d := int64(b.DriftedPods)
-			gauge(o.drift, &d, l...)
+	for _, b := range o.bindings {
+		l := []string{b.Namespace, b.Name, b.Pool, b.Domain}
+		gauge(o.bindingUsed, b.UsedBytes, l...)
+		gauge(o.bindingEffective, b.EffectiveBytes, l...)
+		if b.EvictedBytes != nil {
+			ch <- prometheus.MustNewConstMetric(o.bindingEvicted, prometheus.CounterValue, float64(*b.EvictedBytes), l...)
 		}
+		if b.CacheInUse != nil {
+			v := int64(0)
+			if *b.CacheInUse {
+				v = 1
+			}
+			gauge(o.inUse, &v, l...)
+		}
+		d := int64(b.DriftedPods)
+		gauge(o.drift, &d, l...)
 	}
 }

@@ -17,11 +17,12 @@ func TestObservationsExportWhatWasReadAndForgetWhatIsGone(t *testing.T) {
 	m.Observed("mooncake-dram", BackendFigures{Up: true, CapacityBytes: ptr.To[int64](256 << 20), UsedBytes: ptr.To[int64](1 << 20),
 		MembersRegistered: ptr.To[int64](1), MembersExpected: ptr.To[int64](2)})
 	m.Observed("external", BackendFigures{}) // did not answer: up 0, nothing else known
-	m.PoolObserved("shared-dram", []BindingFigures{
-		{Namespace: "team-a", Name: "chat", Pool: "shared-dram", Domain: "team-a-chat", UsedBytes: ptr.To[int64](1 << 20),
-			EffectiveBytes: ptr.To[int64](128 << 20), EvictedBytes: ptr.To[int64](512 << 10), CacheInUse: ptr.To(true), DriftedPods: 2},
-		{Namespace: "team-b", Name: "idle", Pool: "shared-dram", Domain: "default"}, // CacheInUse Unknown: absent
-	})
+	m.BindingObserved(BindingFigures{Namespace: "team-a", Name: "chat", Pool: "shared-dram", Domain: "team-a-chat", UsedBytes: ptr.To[int64](1 << 10),
+		EffectiveBytes: ptr.To[int64](128 << 20), EvictedBytes: ptr.To[int64](512 << 10), CacheInUse: ptr.To(false), DriftedPods: 2})
+	// A Binding's next figures replace its last ones.
+	m.BindingObserved(BindingFigures{Namespace: "team-a", Name: "chat", Pool: "shared-dram", Domain: "team-a-chat", UsedBytes: ptr.To[int64](1 << 20),
+		EffectiveBytes: ptr.To[int64](128 << 20), EvictedBytes: ptr.To[int64](512 << 10), CacheInUse: ptr.To(true), DriftedPods: 2})
+	m.BindingObserved(BindingFigures{Namespace: "team-b", Name: "idle", Pool: "shared-dram", Domain: "default"}) // CacheInUse Unknown: absent
 	names := []string{"kvcache_store_up", "kvcache_backend_capacity_bytes", "kvcache_backend_used_bytes", "kvcache_backend_members_registered",
 		"kvcache_backend_members_expected", "kvcache_binding_used_bytes", "kvcache_binding_effective_quota_bytes", "kvcache_binding_evicted_bytes_total",
 		"kvcache_binding_cache_in_use", "kvcache_binding_drifted_pods"}
@@ -62,7 +63,8 @@ kvcache_store_up{backend="mooncake-dram"} 1
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), names...))
 
 	m.BackendGone("external")
-	m.PoolObserved("shared-dram", nil)
+	m.BindingGone("team-a", "chat")
+	m.BindingGone("team-b", "idle")
 	n, err := testutil.GatherAndCount(reg, names...)
 	require.NoError(t, err)
 	require.Equal(t, 5, n, "only mooncake-dram's five series are left")

@@ -50,6 +50,7 @@ const (
 	ReasonOversubscribed         = "Oversubscribed"
 	ReasonPodsDrifted            = "PodsDrifted"
 	ReasonPoolDeleting           = "PoolDeleting"
+	ReasonPoolNotFound           = "PoolNotFound"
 	ReasonPreviousLeaderAnswers  = "PreviousLeaderAnswers"
 	ReasonProgressing            = "Progressing"
 	ReasonRegistered             = "Registered"

@@ -40,9 +40,11 @@ import (
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
+	"github.com/kvcache-operator/kvcache/operator/binding"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/operator/storeview"
 	"github.com/kvcache-operator/kvcache/vocab"
 	"github.com/kvcache-operator/kvcache/webhook"
 )
@@ -347,9 +349,16 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 		return err
 	}
 	recorder := mgr.GetEventRecorder("kvcache-operator")
-	// The writes seen per tenant: recorded by the pool controller, read by the ModelDeployment
-	// controller for its own Pods.
+	// The writes seen per tenant: recorded by the Binding controller, read by the
+	// ModelDeployment controller for its own Pods.
 	activity := &operator.TenantActivity{}
+	// One view of each master's ledger for the pool and Binding controllers: read once per
+	// poll whichever asks first, dropped after each of their writes.
+	poll := o.PollInterval
+	if poll == 0 {
+		poll = pool.DefaultPollInterval
+	}
+	view := &storeview.View{MaxAge: poll, Metrics: m}
 	cat := catalogOf(mgr, o)
 	if err := (&backend.Reconciler{
 		Client: cat.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
@@ -357,10 +366,14 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&pool.Reconciler{
-		Client: mgr.GetClient(), Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+	pools := &pool.Reconciler{Client: mgr.GetClient(), Admin: admin, View: view, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&binding.Reconciler{
+		Client: mgr.GetClient(), Admin: admin, View: view, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 		Pods: mgr.GetClient(), DeploymentPods: rendered, Injector: injection.New(r), Activity: activity,
-		CacheInUseWindow: o.CacheInUseWindow,
+		CacheInUseWindow: o.CacheInUseWindow, WakePool: pools.Wake,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

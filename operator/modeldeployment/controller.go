@@ -3,7 +3,7 @@
 // Service through the one generator with the same engine fragments, applies them with
 // server-side apply, prunes removed roles, and reports whether the cache is attached from what
 // it observes, never from configuration alone: its Pods Ready and writes under its tenant
-// seen by the master (the tenant activity the pool controller records).
+// seen by the master (the tenant activity the Binding controller records).
 package modeldeployment
 
 import (
@@ -42,7 +42,7 @@ type Reconciler struct {
 	// Pods is a cache of the Pods rendered for ModelDeployments (their label); nil: no Pod is
 	// seen, and CacheAttached never goes past the replicas' readiness.
 	Pods cache.Cache
-	// Activity is the writes seen per tenant, recorded by the pool controller.
+	// Activity is the writes seen per tenant, recorded by the Binding controller.
 	Activity *operator.TenantActivity
 	// CacheInUseWindow: how long Ready Pods may go without a write before CacheAttached is
 	// False; operator.DefaultCacheInUseWindow when zero.

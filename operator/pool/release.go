@@ -7,133 +7,43 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/storeview"
 )
 
-// A cache entry has no owner but its tenant, and the Binding is the tenant's owner: when the
-// Binding goes, its objects go. The master refuses to delete a tenant that owns objects, so the
-// release removes them first (remove_all of that tenant), after closing the tenant's admission
-// (a quota of one byte: every put is refused, so a writer still running cannot fill it again in
-// between; measured). The master removes no object a reader holds a lease on right now: forcing
-// it hands a read in flight another key's bytes (measured), so those stay until the lease ends,
-// default_kv_lease_ttl after their last read, and the pool removes them, and the tenant, then
-// (status.releasing). Nothing waits for that: the Binding is released at once.
+// What of a tenant outlives its Binding is the pool's: a deleted Binding releases its own
+// tenant (operator/binding), and when objects a reader leases stay, it hands the tenant over
+// through the store view and waits, holding its finalizer, until status.releasing holds it. So
+// the hand-over survives a restart of the manager: until the pool has recorded the tenant, the
+// Binding is still there to release it again.
 
-// poolReleaseBound is how long a deleted pool waits for its tenants' leased objects before it
-// lets them go (they stay on the master, with their ledger entry, until it restarts).
-const poolReleaseBound = 10 * time.Minute
+// poolReleaseBound is how long a deleted pool waits for its tenants before it lets them go.
+const poolReleaseBound = storeview.ReleaseBound
 
-// tenantRelease is what releasing a tenant did.
-type tenantRelease struct {
-	removed      int64 // objects remove_all removed
-	removedBytes int64 // the tenant's charged bytes that went
-	left         bool  // objects a reader leases remain: the ledger entry stays for now
-	leftBytes    int64
-}
-
-// releaseTenant closes a tenant's admission, removes its objects and deletes its ledger entry
-// (see above). A tenant not in the ledger is already released.
-func (r *Reconciler) releaseTenant(ctx context.Context, s *state, tenant string) (tenantRelease, error) {
-	var out tenantRelease
-	t, ok := s.ledger[tenant]
-	if !ok {
-		return out, nil
+// takeOverReleases records in status.releasing the tenants this pool's deleted Bindings handed
+// over (noted in the store view by the Binding controller).
+func (r *Reconciler) takeOverReleases(_ context.Context, s *state) error {
+	if !s.hasAdmin || s.storeGoing() {
+		return nil
 	}
-	if t.RequestedQuotaBytes != 1 {
-		closed, err := s.admin.PutTenant(ctx, tenant, 1)
-		r.Metrics.LedgerWrite(s.backend.Name, "put", err)
-		if err != nil {
-			return out, err
+	notes := r.view().Notes(s.master)
+	for _, b := range s.bindings {
+		if b.DeletionTimestamp.IsZero() || !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
+			continue
 		}
-		s.ledger[tenant] = closed
-	}
-	n, err := s.admin.RemoveTenantObjects(ctx, tenant)
-	if err != nil {
-		return out, err
-	}
-	out.removed = n
-	err = s.admin.DeleteTenant(ctx, tenant)
-	if !store.HasCode(err, store.CodeObjectNotFound) {
-		r.Metrics.LedgerWrite(s.backend.Name, "delete", err)
-	}
-	switch {
-	case err == nil || store.HasCode(err, store.CodeObjectNotFound):
-		delete(s.ledger, tenant)
-		out.removedBytes = t.ChargedBytes
-		return out, nil
-	case store.HasCode(err, store.CodeTenantNotEmpty):
-		out.left = true
-		if ts, err := s.admin.Tenants(ctx); err == nil {
-			for _, x := range ts {
-				if x.ID == tenant {
-					out.leftBytes = x.ChargedBytes
-					s.ledger[tenant] = x
-				}
-			}
+		n, ok := notes[b.DomainName()]
+		if ok && n.Op == storeview.OpRelease && n.Left && n.Err == nil && n.Binding == client.ObjectKeyFromObject(b) && n.Pool == s.pool.Name {
+			s.releasing(b.DomainName(), b, n.At)
 		}
-		out.removedBytes = max(0, t.ChargedBytes-out.leftBytes)
-		return out, nil
 	}
-	return out, err
-}
-
-// releaseBinding releases a deleted Binding's tenant and says what it did, naming the Pods
-// that still write under it. It reports whether the Binding may go (a failed store call is
-// retried with the next poll).
-func (r *Reconciler) releaseBinding(ctx context.Context, s *state, b *kvv1.KVCachePoolBinding) bool {
-	tenant := b.DomainName()
-	rel, err := r.releaseTenant(ctx, s, tenant)
-	if err != nil {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "LedgerWriteFailed", "Release", "releasing tenant %s on KVCacheBackend %s failed: %v; retried every %s", tenant, s.backend.Name, err, r.PollInterval)
-		return false
-	}
-	msg := fmt.Sprintf("removed %d object(s) (%s) of tenant %s from KVCacheBackend %s", rel.removed, bytesOf(rel.removedBytes), tenant, s.backend.Name)
-	if rel.left {
-		msg += fmt.Sprintf("; %s that readers hold a lease on stay until the lease ends (default_kv_lease_ttl after their last read): KVCachePool %s removes them and the tenant then (status.releasing)", bytesOf(rel.leftBytes), s.pool.Name)
-		s.releasing(tenant, b, s.now)
-	} else {
-		msg += " and its ledger entry"
-	}
-	r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, "TenantReleased", "Release", "%s", msg)
-	r.tellUsers(ctx, b, tenant)
-	return true
-}
-
-// tellUsers names, on the Binding and on each injected one, the Pods that still use a released
-// tenant: their writes fail from now on. The deletion goes on regardless: the user asked for it.
-func (r *Reconciler) tellUsers(ctx context.Context, b *kvv1.KVCachePoolBinding, tenant string) {
-	mds, err := r.attached(ctx, b)
-	if err != nil {
-		return
-	}
-	u, err := r.podsOf(ctx, b, mds)
-	if err != nil || len(u.pods) == 0 {
-		return
-	}
-	names := make([]string, 0, len(u.pods))
-	for _, p := range u.pods {
-		names = append(names, p.Name)
-	}
-	slices.Sort(names)
-	shown := names
-	if len(shown) > 5 {
-		shown = append(slices.Clone(names[:5]), fmt.Sprintf("and %d more", len(names)-5))
-	}
-	r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "TenantInUse", "Release",
-		"Pods still use tenant %s through this Binding: %s; with the tenant gone from the master their writes fail with TENANT_NOT_REGISTERED (-1701) and they cache nothing: roll their workloads onto another Binding, or take them out of the cache (kvcache.gpustack.ai/inject: \"false\")",
-		tenant, strings.Join(shown, ", "))
-	for i := range u.injected {
-		p := &u.injected[i]
-		r.Recorder.Eventf(p, b, corev1.EventTypeWarning, "BindingDeleted", "Release",
-			"KVCachePoolBinding %s/%s, which this Pod's cache writes under (tenant %s), was deleted: its writes fail with TENANT_NOT_REGISTERED from now on", b.Namespace, b.Name, tenant)
-	}
+	return nil
 }
 
 // finishReleases retries the tenants of deleted Bindings whose leased objects stayed: each goes
@@ -151,16 +61,102 @@ func (r *Reconciler) finishReleases(ctx context.Context, s *state) error {
 		if s.heldByLive(rt.Tenant) {
 			continue
 		}
-		rel, err := r.releaseTenant(ctx, s, rt.Tenant)
-		if err != nil || rel.left {
+		rel, err := r.view().Release(ctx, s.master, s.ledger, rt.Tenant)
+		if err != nil || rel.Left {
 			kept = append(kept, rt)
 			continue
 		}
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeNormal, "TenantReleased", "Release",
 			"removed the last %d object(s) (%s) of tenant %s (KVCachePoolBinding %s, deleted %s ago) from KVCacheBackend %s, and its ledger entry",
-			rel.removed, bytesOf(rel.removedBytes), rt.Tenant, rt.Binding, s.now.Sub(rt.Since.Time).Round(time.Second), s.backend.Name)
+			rel.Removed, bytesOf(rel.RemovedBytes), rt.Tenant, rt.Binding, s.now.Sub(rt.Since.Time).Round(time.Second), s.backend.Name)
 	}
 	st.Releasing = kept
+	return nil
+}
+
+// releasePool decides what a pool being deleted still waits for: its Bindings that hold the
+// ledger finalizer (their controller releases each one's tenant and notes in the store view
+// what stays), and the tenants of status.releasing, which the pool releases itself. It records
+// in s.pending whether the pool waits, and in s.waitingFor what for. Every wait ends: after
+// poolReleaseBound the pool goes, saying what it leaves on the master.
+func (r *Reconciler) releasePool(ctx context.Context, s *state) error {
+	type claim struct {
+		tenant string
+		by     client.ObjectKey
+	}
+	var held []claim
+	bindingsWait := false
+	for _, b := range s.bindings {
+		if !controllerutil.ContainsFinalizer(b, kvv1.FinalizerBinding) {
+			continue
+		}
+		bindingsWait = true
+		// Only entries the operator registered: a Binding holding its domain, with the finalizer
+		// put on before its first ledger write.
+		if s.backend != nil && s.holds(b) {
+			held = append(held, claim{b.DomainName(), client.ObjectKeyFromObject(b)})
+		}
+	}
+	var waitingFor string
+	switch {
+	case s.backend == nil || s.noLedger || s.storeGoing():
+		// No master, one that keeps no ledger, or one going away with its ledger: nothing is
+		// released there, and the Bindings let go at once.
+	case s.ledger == nil:
+		if len(held) > 0 || len(s.pool.Status.Releasing) > 0 {
+			waitingFor = fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read (%s), so the pool's tenants cannot be released yet", s.backend.Name, errString(s.ledgerErr))
+		}
+	default:
+		var leased, failed []string
+		notes := r.view().Notes(s.master)
+		for _, c := range held {
+			if _, ok := s.ledger[c.tenant]; !ok {
+				continue // released
+			}
+			// Not noted yet: its Binding's controller has not released it (the pool waits for
+			// its finalizer, saying nothing it does not know).
+			n, ok := notes[c.tenant]
+			switch {
+			case !ok || n.Op != storeview.OpRelease || n.Binding != c.by:
+			case n.Err != nil:
+				failed = append(failed, fmt.Sprintf("%s (%s)", c.tenant, operator.Describe(n.Err)))
+			case n.Left:
+				leased = append(leased, c.tenant)
+			}
+		}
+		for _, rt := range s.pool.Status.Releasing {
+			rel, err := r.view().Release(ctx, s.master, s.ledger, rt.Tenant)
+			switch {
+			case err != nil:
+				failed = append(failed, fmt.Sprintf("%s (%s)", rt.Tenant, operator.Describe(err)))
+			case rel.Left:
+				leased = append(leased, rt.Tenant)
+			}
+		}
+		switch {
+		case len(failed) > 0:
+			waitingFor = "releasing tenants failed: " + strings.Join(failed, ", ")
+		case len(leased) > 0:
+			waitingFor = fmt.Sprintf("tenant(s) %s: their objects were removed but those readers hold a lease on, which the master removes once the lease ends (default_kv_lease_ttl after the last read)", strings.Join(leased, ", "))
+		}
+	}
+	if waitingFor == "" && !bindingsWait {
+		s.pool.Status.Releasing = nil
+		return nil
+	}
+	if s.now.Sub(s.pool.DeletionTimestamp.Time) < poolReleaseBound {
+		s.pending = true
+		if waitingFor != "" {
+			// The deadline, not the time waited: a condition that changes every poll is a write per poll.
+			deadline := s.pool.DeletionTimestamp.Add(poolReleaseBound).UTC().Format(time.RFC3339)
+			s.waitingFor = fmt.Sprintf("%s; the pool waits for it until %s at the latest (%s after its deletion), retried every %s", waitingFor, deadline, poolReleaseBound, r.PollInterval)
+		}
+		return nil
+	}
+	if waitingFor != "" {
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, "TenantsLeft", "Release",
+			"gave up after %s: %s; what stays on the master of KVCacheBackend %s (closed to writes) goes when it restarts", poolReleaseBound, waitingFor, s.backend.Name)
+	}
 	return nil
 }
 
@@ -179,12 +175,12 @@ func (s *state) heldByLive(d string) bool {
 }
 
 // releasing records a tenant whose leased objects stay (once per tenant).
-func (s *state) releasing(tenant string, b *kvv1.KVCachePoolBinding, now time.Time) {
+func (s *state) releasing(tenant string, b *kvv1.KVCachePoolBinding, since time.Time) {
 	st := &s.pool.Status
 	if slices.ContainsFunc(st.Releasing, func(r kvv1.ReleasingTenant) bool { return r.Tenant == tenant }) {
 		return
 	}
-	st.Releasing = append(st.Releasing, kvv1.ReleasingTenant{Tenant: tenant, Binding: b.Namespace + "/" + b.Name, Since: metav1.Time{Time: now.Truncate(time.Second)}})
+	st.Releasing = append(st.Releasing, kvv1.ReleasingTenant{Tenant: tenant, Binding: b.Namespace + "/" + b.Name, Since: metav1.Time{Time: since.Truncate(time.Second)}})
 	slices.SortFunc(st.Releasing, func(a, b kvv1.ReleasingTenant) int { return strings.Compare(a.Tenant, b.Tenant) })
 }
 

@@ -69,11 +69,12 @@ var ErrBodyTooLarge = errors.New("response body exceeds the limit")
 
 // Client is the HTTP implementation of Admin. It is safe for concurrent use.
 type Client struct {
-	base    *url.URL
-	baseErr error
-	hc      *http.Client
-	timeout time.Duration
-	limit   int64
+	base     *url.URL
+	baseErr  error
+	endpoint string
+	hc       *http.Client
+	timeout  time.Duration
+	limit    int64
 }
 
 var _ Admin = (*Client)(nil)
@@ -125,9 +126,10 @@ func WithBodyLimit(n int64) Option {
 // every call.
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{
-		hc:      &http.Client{Transport: http.DefaultTransport},
-		timeout: DefaultTimeout,
-		limit:   DefaultBodyLimit,
+		endpoint: baseURL,
+		hc:       &http.Client{Transport: http.DefaultTransport},
+		timeout:  DefaultTimeout,
+		limit:    DefaultBodyLimit,
 	}
 	for _, o := range opts {
 		o(c)
@@ -149,6 +151,9 @@ func New(baseURL string, opts ...Option) *Client {
 	}
 	return c
 }
+
+// Endpoint implements Admin: the base URL New was given.
+func (c *Client) Endpoint() string { return c.endpoint }
 
 // response is what a call got back, read in full (within the limit).
 type response struct {

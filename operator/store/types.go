@@ -204,6 +204,9 @@ type Tenant struct {
 // Admin is what the operator asks a master. A Client implements it over HTTP; tests may
 // substitute their own.
 type Admin interface {
+	// Endpoint names the master asked (the admin endpoint's base URL): what was read from one
+	// master is never taken for another's.
+	Endpoint() string
 	Health(ctx context.Context) (Health, error)
 	Metrics(ctx context.Context) (Metrics, error)
 	// Segments lists mounted segments. A master older than 0.3.12 answers 404: ErrNotSupported.

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,9 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	bindingctrl "github.com/kvcache-operator/kvcache/operator/binding"
 	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/operator/storeview"
 )
 
 // Deleting a pool removes its tenants from the master's ledger before the pool goes (they would
@@ -93,7 +94,7 @@ func TestDeletingAPoolReleasesItsTenants(t *testing.T) {
 }
 
 // staleReader serves the reads a reconcile makes from a cache that has not caught up: the
-// pools and the Binding list given, everything else (and every write) from the API server.
+// pools and the Bindings given, everything else (and every write) from the API server.
 type staleReader struct {
 	client.Client
 	pools    []kvv1.KVCachePool
@@ -101,10 +102,18 @@ type staleReader struct {
 }
 
 func (s *staleReader) Get(ctx context.Context, key client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-	if p, ok := o.(*kvv1.KVCachePool); ok {
+	switch x := o.(type) {
+	case *kvv1.KVCachePool:
 		for i := range s.pools {
 			if s.pools[i].Name == key.Name {
-				s.pools[i].DeepCopyInto(p)
+				s.pools[i].DeepCopyInto(x)
+				return nil
+			}
+		}
+	case *kvv1.KVCachePoolBinding:
+		for i := range s.bindings {
+			if client.ObjectKeyFromObject(&s.bindings[i]) == key {
+				s.bindings[i].DeepCopyInto(x)
 				return nil
 			}
 		}
@@ -135,7 +144,7 @@ func (s *staleReader) List(ctx context.Context, l client.ObjectList, opts ...cli
 	return s.Client.List(ctx, l, opts...)
 }
 
-// bindingFields is the one field the pool reconciler selects Bindings by.
+// bindingFields is the one field the controllers select Bindings by.
 type bindingFields struct{ b *kvv1.KVCachePoolBinding }
 
 func (f bindingFields) Has(field string) bool { return field == "spec.poolRef.name" }
@@ -146,8 +155,9 @@ func (f bindingFields) Get(field string) string {
 	return ""
 }
 
-// A stale view for a pool reconciler run directly: the pool exists in the view only (so the
-// manager, which finds no such pool, leaves its Bindings alone), with its finalizer already on.
+// A stale view for a Binding reconciler run directly: the pool exists in the view only (so the
+// manager, which finds no such pool, puts no finalizer on its Bindings and writes no ledger for
+// them), with its finalizer already on.
 func staleView(t *testing.T, poolName, backend string, bindings ...*kvv1.KVCachePoolBinding) *staleReader {
 	t.Helper()
 	p := pool(poolName, backend, "16Gi")
@@ -160,15 +170,19 @@ func staleView(t *testing.T, poolName, backend string, bindings ...*kvv1.KVCache
 	return v
 }
 
-func directPoolReconciler(c client.Client, fake *storetest.Fake) *poolctrl.Reconciler {
-	return &poolctrl.Reconciler{Client: c, Admin: func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) },
-		Recorder: events.NewFakeRecorder(100), PollInterval: time.Second}
+func directBindingReconciler(c client.Client, fake *storetest.Fake) *bindingctrl.Reconciler {
+	return &bindingctrl.Reconciler{Client: c, Admin: func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) },
+		View: freshView(), Recorder: events.NewFakeRecorder(100), PollInterval: time.Second}
 }
 
-// A Binding that vanished between the list the reconcile read and its finalizer patch does not
-// stop the others: each remaining Binding gets its finalizer and then its entry; the vanished
-// one gets no entry. (Before, the reconcile stopped at the vanished one and went on to write
-// entries for Bindings that never got the finalizer.)
+// freshView is a store view for reconcilers run directly: every reconcile reads the store, as
+// each poll of the manager's does.
+func freshView() *storeview.View { return &storeview.View{MaxAge: time.Nanosecond} }
+
+// A Binding that vanished between the read a reconcile works from and its finalizer patch gets
+// no entry, and does not stop the others: each remaining Binding gets its finalizer and then
+// its entry. (Before, a reconcile stopped at the vanished one and went on to write entries for
+// Bindings that never got the finalizer.)
 func TestABindingDeletedMidReconcile(t *testing.T) {
 	ctx := context.Background()
 	fake := fakeStore(t, "midrec", storetest.FakeOptions{MultiTenancy: true})
@@ -184,8 +198,11 @@ func TestABindingDeletedMidReconcile(t *testing.T) {
 	require.NoError(t, env.Client.Delete(ctx, gone)) // no finalizer yet: gone at once
 	require.True(t, apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(gone), &kvv1.KVCachePoolBinding{})))
 
-	_, err := directPoolReconciler(view, fake).Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "midrec-pool"}})
-	require.NoError(t, err)
+	r := directBindingReconciler(view, fake)
+	for _, b := range []*kvv1.KVCachePoolBinding{gone, kept} {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+		require.NoError(t, err, "%s", b.Name)
+	}
 	live := get(t, kept.DeepCopy())
 	assert.True(t, controllerutil.ContainsFinalizer(live, kvv1.FinalizerBinding), "the Binding after the vanished one gets its finalizer")
 	policy := fake.PolicyFile()
@@ -217,8 +234,8 @@ func TestAForeignFinalizerIsKept(t *testing.T) {
 		return env.Client.Update(ctx, cur)
 	}))
 
-	r := directPoolReconciler(view, fake)
-	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "foreign-pool"}})
+	r := directBindingReconciler(view, fake)
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
 	require.Error(t, err, "the stale read's patch is refused")
 	assert.True(t, apierrors.IsConflict(err), "%v", err)
 	assert.Equal(t, []string{foreign}, get(t, b.DeepCopy()).Finalizers, "the foreign finalizer is kept")
@@ -226,7 +243,7 @@ func TestAForeignFinalizerIsKept(t *testing.T) {
 
 	// The retry reads afresh: both finalizers, then the entry.
 	view = staleView(t, "foreign-pool", "foreign", b)
-	_, err = directPoolReconciler(view, fake).Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "foreign-pool"}})
+	_, err = directBindingReconciler(view, fake).Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{foreign, kvv1.FinalizerBinding}, get(t, b.DeepCopy()).Finalizers)
 	assert.Equal(t, map[string]int64{"foreign-one": 4 << 30}, fake.PolicyFile())

@@ -16,6 +16,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
+	bindingctrl "github.com/kvcache-operator/kvcache/operator/binding"
 	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
@@ -78,12 +79,16 @@ func TestUsageUnderTrafficIsRateLimited(t *testing.T) {
 	admin := func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) }
 	rec := events.NewFakeRecorder(100)
 	br := &backend.Reconciler{Client: counting, Renderer: r, SystemNamespace: systemNamespace, Admin: admin, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour}
-	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour, CacheInUseWindow: cacheInUseWindow}
+	view := freshView()
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, View: view, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour}
+	bdr := &bindingctrl.Reconciler{Client: counting, Admin: admin, View: view, Recorder: rec, PollInterval: time.Second, UsageRefresh: time.Hour, CacheInUseWindow: cacheInUseWindow}
 	ctx := context.Background()
 	reconcile := func() {
 		_, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "traffic"}})
 		require.NoError(t, err)
 		_, err = pr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "traffic-pool"}})
+		require.NoError(t, err)
+		_, err = bdr.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(bi)})
 		require.NoError(t, err)
 	}
 	for i := 1; i <= 6; i++ {
@@ -105,7 +110,7 @@ func TestUsageUnderTrafficIsRateLimited(t *testing.T) {
 	assert.Equal(t, "64Mi", got.Status.Usage.String(), "the figure first read stays until the refresh is due")
 
 	// Once the refresh is due the latest figure is written, with the time it was read.
-	br.UsageRefresh, pr.UsageRefresh = time.Millisecond, time.Millisecond
+	br.UsageRefresh, pr.UsageRefresh, bdr.UsageRefresh = time.Millisecond, time.Millisecond, time.Millisecond
 	reconcile()
 	assert.ElementsMatch(t, []string{
 		"patch status *v1.KVCacheBackend /traffic",

@@ -22,6 +22,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
+	bindingctrl "github.com/kvcache-operator/kvcache/operator/binding"
 	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/operator/store/storetest"
@@ -119,7 +120,9 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	rec := events.NewFakeRecorder(100)
 	br := &backend.Reconciler{Client: counting, Renderer: r, SystemNamespace: systemNamespace, Admin: admin, Recorder: rec, PollInterval: time.Second}
 	// Configured as the suite's manager is: the two must agree on every figure and message.
-	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second,
+	view := freshView()
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, View: view, Recorder: rec, PollInterval: time.Second}
+	bdr := &bindingctrl.Reconciler{Client: counting, Admin: admin, View: view, Recorder: rec, PollInterval: time.Second,
 		Pods: cached, Injector: injection.New(r), CacheInUseWindow: cacheInUseWindow}
 	ctx := context.Background()
 	fake.ResetRequests()
@@ -129,6 +132,8 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 		_, err := br.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "steady"}})
 		require.NoError(t, err)
 		_, err = pr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "steady-pool"}})
+		require.NoError(t, err)
+		_, err = bdr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "steady"}})
 		require.NoError(t, err)
 	}
 	assert.Empty(t, counting.Writes(), "API writes in steady state; events: %v", drain(rec))
@@ -190,12 +195,16 @@ func TestSteadyWhileTheTenantIsWritten(t *testing.T) {
 	counting := &countingClient{Client: env.Client}
 	admin := func(*kvv1.KVCacheBackend) store.Admin { return store.New(fake.URL()) }
 	rec := events.NewFakeRecorder(100)
-	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, Recorder: rec, PollInterval: time.Second,
+	view := freshView()
+	pr := &poolctrl.Reconciler{Client: counting, Admin: admin, View: view, Recorder: rec, PollInterval: time.Second}
+	bdr := &bindingctrl.Reconciler{Client: counting, Admin: admin, View: view, Recorder: rec, PollInterval: time.Second,
 		Pods: cached, Injector: injection.New(r), Activity: &operator.TenantActivity{}, CacheInUseWindow: cacheInUseWindow}
 	ctx := context.Background()
 	for range 4 {
 		write()
 		_, err := pr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: "busy-pool"}})
+		require.NoError(t, err)
+		_, err = bdr.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "busy"}})
 		require.NoError(t, err)
 	}
 	assert.Empty(t, counting.Writes(), "API writes while the tenant is written every poll; events: %v", drain(rec))

@@ -38,7 +38,7 @@ const (
 	// is not the subject here (test/chart proves it).
 	managerUser   = "kvcache-scale-manager"
 	inProcessUser = "kvcache-scale-inprocess"
-	// resync is how often the backend and pool controllers requeue every object.
+	// resync is how often the backend, pool and Binding controllers requeue every object.
 	resync = backend.DefaultPollInterval
 )
 

@@ -350,7 +350,7 @@ func TestReplicaSetPodIsInjectedLikeABarePod(t *testing.T) {
 }
 
 // bindingWithLedger creates a Binding of shared-dram in the user namespace carrying the ledger
-// finalizer the pool controller puts on it, so deleting it leaves it deleting (no controller
+// finalizer the Binding controller puts on it, so deleting it leaves it deleting (no controller
 // runs here to release it); the finalizer is dropped when the test ends.
 func bindingWithLedger(t *testing.T, name string) *kvv1.KVCachePoolBinding {
 	t.Helper()
