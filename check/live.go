@@ -506,8 +506,43 @@ func (l *live) bindings(ctx context.Context) error {
 		if meta.FindStatusCondition(b.Status.Conditions, kvv1.ConditionEvictingOwnObjects) != nil {
 			l.condition("binding.evictions", object, b.Status.Conditions, kvv1.ConditionEvictingOwnObjects, Warn, "")
 		}
+		l.hits("binding.hits", object, b.Status.StoreHits)
 	}
 	return nil
+}
+
+// hits reports what the engines counted of the store (status.storeHits): the hit rate passes
+// with its figures; engines that could not be read warn, naming why. Nothing is said while no
+// engine Pod was read (CacheInUse speaks for a Binding nobody uses).
+func (l *live) hits(check, object string, h *kvv1.StoreHits) {
+	if h == nil {
+		return
+	}
+	over := fmt.Sprintf("over the last %s", h.Window.Duration)
+	if since := h.ObservedTime.Sub(h.Since.Time).Round(time.Second); since < h.Window.Duration {
+		over = fmt.Sprintf("over the %s since its engines were first read", since)
+	}
+	figures := fmt.Sprintf("The store served %d of the %d prompt tokens %d engine %s asked %s (%s)",
+		h.StoreTokens, h.PromptTokens, h.Pods, plural(int(h.Pods), "Pod was", "Pods were"), over, orNone(h.Ratio))
+	if h.Unread > 0 {
+		l.r.warn(check, object, sentence(figures+"; "+h.Message), "let the manager's namespace reach the engines' serving port (their /metrics), as a NetworkPolicy admitting Prometheus would.")
+		return
+	}
+	l.r.pass(check, object, sentence(figures))
+}
+
+func orNone(ratio string) string {
+	if ratio == "" {
+		return "no prompt asked"
+	}
+	return ratio + " hit rate"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // condition reports one condition: True passes (Evicting is reported the other way round),
@@ -635,6 +670,7 @@ func (l *live) deployments(ctx context.Context) error {
 		if len(v.Errors) == 0 && len(v.Warnings) == 0 {
 			l.r.pass("modeldeployment.rules", object, "Passes every admission rule, its engine on its store's Mooncake line.")
 		}
+		l.hits("modeldeployment.hits", object, md.Status.StoreHits)
 	}
 	return nil
 }

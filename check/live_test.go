@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 )
 
@@ -140,4 +141,19 @@ func TestTheSelfManagedCertificateIsFoundByItsSecretName(t *testing.T) {
 	p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Args: []string{
 		"manager", "--cert-dir=/var/run/kvcache/serving-certs", "--cert-mode=self", "--cert-secret-name=kvcache-webhook-cert"}}}}}
 	assert.Equal(t, "kvcache-webhook-cert", certSecret(p), "the manager serves it from the Secret, whatever is mounted at --cert-dir")
+}
+
+func TestHitsSayWhatTheEnginesCounted(t *testing.T) {
+	l := &live{r: &Report{}, now: now}
+	obs := metav1.Time{Time: now}
+	l.hits("binding.hits", "KVCachePoolBinding/team-a/team-a", nil)
+	l.hits("binding.hits", "KVCachePoolBinding/team-a/team-a", &kvv1.StoreHits{Window: metav1.Duration{Duration: 15 * time.Minute},
+		Since: metav1.Time{Time: now.Add(-15 * time.Minute)}, PromptTokens: 3006, StoreTokens: 2816, Ratio: "93.7%", Pods: 2, ObservedTime: obs})
+	l.hits("binding.hits", "KVCachePoolBinding/team-b/team-b", &kvv1.StoreHits{Window: metav1.Duration{Duration: 15 * time.Minute},
+		Since: metav1.Time{Time: now.Add(-90 * time.Second)}, Pods: 1, Unread: 1, ObservedTime: obs,
+		Message: "1 of 2 Ready engine Pods could not be read: pod team-b/chat-1: GET http://10.244.1.9:8000/metrics: connection refused"})
+	assert.Equal(t, []string{
+		"PASS The store served 2816 of the 3006 prompt tokens 2 engine Pods were asked over the last 15m0s (93.7% hit rate).",
+		"WARN The store served 0 of the 0 prompt tokens 1 engine Pod was asked over the 1m30s since its engines were first read (no prompt asked); 1 of 2 Ready engine Pods could not be read: pod team-b/chat-1: GET http://10.244.1.9:8000/metrics: connection refused.",
+	}, levels(l.r, "binding.hits"))
 }

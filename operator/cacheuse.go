@@ -8,9 +8,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
+	"github.com/kvcache-operator/kvcache/operator/enginestats"
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
@@ -45,6 +47,13 @@ type PodUse struct {
 	// Created is when the Pod was created: an engine may write while it warms up, before it
 	// reports Ready.
 	Created time.Time
+	// UID is the Pod's; EngineStarted when its engine container last started (its counters
+	// count from then).
+	UID           types.UID
+	EngineStarted time.Time
+	// MetricsURL is where the engine publishes its counters (its Pod IP and serving port), or
+	// MetricsErr says why that cannot be known.
+	MetricsURL, MetricsErr string
 }
 
 // CacheUseInput is what the CacheInUse verdict is decided from.
@@ -66,7 +75,16 @@ type CacheUseInput struct {
 	DefaultWrites bool
 	// Prev is the condition as status has it now (nil when absent).
 	Prev *metav1.Condition
+	// Engines is what the Ready Pods' own counters showed over the hit-rate window; nil when
+	// none was read. BlockSize is the domain's (spec.domain.blockSize), 0 when unknown.
+	Engines   *enginestats.Window
+	BlockSize int32
 }
+
+// minProbeTokens is how many prompt tokens the engines must have been asked in the hit-rate
+// window, with none served by the store, before CacheInUse says writes are never read back:
+// a few blocks' worth on every engine's block size, so an idle service is not judged.
+const minProbeTokens = 4096
 
 // Verdict is a computed condition. Keep means "leave the condition as it is": nothing new
 // is known (the store was not read, or the window has not passed since the Pods started).
@@ -109,7 +127,7 @@ func CacheUse(in CacheUseInput) Verdict {
 	}
 	// Only a verdict is kept while nothing new is known; an Unknown about the Pods (none, none
 	// Ready) is recomputed from the Pods there are now.
-	verdict := in.Prev != nil && (in.Prev.Reason == kvv1.ReasonWritesObserved || in.Prev.Reason == kvv1.ReasonNoWrites)
+	verdict := in.Prev != nil && (in.Prev.Reason == kvv1.ReasonWritesObserved || in.Prev.Reason == kvv1.ReasonNoWrites || in.Prev.Reason == kvv1.ReasonNoStoreHits)
 	if !in.Observed {
 		if verdict {
 			return Verdict{Keep: true}
@@ -142,6 +160,9 @@ func CacheUse(in CacheUseInput) Verdict {
 		written = p.LastTransitionTime.Time
 	}
 	if !written.IsZero() && !written.Before(started.Truncate(time.Second)) {
+		if v, ok := neverRead(in, ready, earliest); ok {
+			return v
+		}
 		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesObserved,
 			Message: fmt.Sprintf("the master of KVCacheBackend %s saw writes under tenant %s while Pods using it run", in.Backend, in.Tenant)}
 	}
@@ -158,6 +179,34 @@ func CacheUse(in CacheUseInput) Verdict {
 				in.Tenant, podList(ready), plural(len(ready), "has", "have"), watchedFrom.UTC().Format(time.RFC3339), in.Window)}
 	}
 	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoWrites, Message: noWritesMessage(in, ready)}
+}
+
+// neverRead is the verdict on a tenant that is written and never read back, from the engines'
+// own counters: two or more engines (the store serves one engine what another computed; one
+// engine's repeats come from its own prefix cache) asked for at least minProbeTokens over a
+// whole hit-rate window, watched all along, and the store served none of them. The message
+// names the likely cause, from what the counters and the domain show, and no figure (figures
+// move with every request; status.storeHits carries them).
+func neverRead(in CacheUseInput, ready []PodUse, readySince time.Time) (Verdict, bool) {
+	w := in.Engines
+	if w == nil || w.Pods < 2 || w.StoreTokens > 0 || w.PromptTokens < minProbeTokens {
+		return Verdict{}, false
+	}
+	if w.From.After(in.Now.Add(-w.Window)) || readySince.After(in.Now.Add(-w.Window)) {
+		return Verdict{}, false // not watched for a whole window yet
+	}
+	var cause string
+	switch {
+	case len(w.Models) > 1:
+		cause = fmt.Sprintf("the Pods serve different models (%s), whose blocks never match one another's prompts: give each model its own KVCachePoolBinding (its own domain)", strings.Join(w.Models, ", "))
+	case in.BlockSize > 0 && w.Requests > 0 && w.PromptTokens/w.Requests < float64(in.BlockSize):
+		cause = fmt.Sprintf("the prompts are shorter than a block (spec.domain.blockSize %d tokens): only whole blocks are stored and looked up, so a prompt shorter than one is never served from the store", in.BlockSize)
+	default:
+		cause = "no prompt shared a prefix of a block or more with one another engine had computed: the store serves only prefixes computed before (prompts that never repeat, or a prefix that differs on every request, such as a timestamp or a request id before the shared text)"
+	}
+	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoStoreHits,
+		Message: fmt.Sprintf("the engines write under tenant %s, yet for the last %s the store served none of the prompt tokens %s %s asked (their own counters): likely %s",
+			in.Tenant, w.Window, podList(ready), plural(len(ready), "was", "were"), cause)}, true
 }
 
 // noWritesMessage names the Pods and the checks that fit their engines.

@@ -29,6 +29,10 @@ type BindingFigures struct {
 	CacheInUse *bool
 	// DriftedPods is how many injected Pods run a stale configuration.
 	DriftedPods int
+	// PromptTokens and StoreTokens are what the engines using the Binding were asked and
+	// loaded from the store over the hit-rate window, HitRatio the second of the first; nil:
+	// no engine Pod was read (nil ratio: no prompt token was asked).
+	PromptTokens, StoreTokens, HitRatio *float64
 }
 
 // Observations export the figures the controllers read on every poll as Prometheus series.
@@ -42,6 +46,7 @@ type Observations struct {
 
 	up, capacity, used, registered, expected                    *prometheus.Desc
 	bindingUsed, bindingEffective, bindingEvicted, inUse, drift *prometheus.Desc
+	promptTokens, storeTokens, hitRatio                         *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Observations)(nil)
@@ -75,6 +80,12 @@ func newObservations() *Observations {
 			"1 while the Binding's CacheInUse condition is True, 0 while it is False (absent while Unknown: no Pod Ready, or nothing observable).", binding, nil),
 		drift: prometheus.NewDesc("kvcache_binding_drifted_pods",
 			"Running Pods injected through the Binding whose configuration is no longer what injection writes now.", binding, nil),
+		promptTokens: prometheus.NewDesc("kvcache_binding_engine_prompt_tokens",
+			"Prompt tokens the engines using the Binding were asked over the last hit-rate window (the manager's --hit-rate-window), from the engines' own counters.", binding, nil),
+		storeTokens: prometheus.NewDesc("kvcache_binding_engine_store_tokens",
+			"Prompt tokens the engines using the Binding loaded from the store instead of computing them over the last hit-rate window, from the engines' own counters.", binding, nil),
+		hitRatio: prometheus.NewDesc("kvcache_binding_store_hit_ratio",
+			"kvcache_binding_engine_store_tokens of kvcache_binding_engine_prompt_tokens (0 to 1): the share of the prompt the store served (absent while no prompt token was asked).", binding, nil),
 	}
 }
 
@@ -108,7 +119,7 @@ func (o *Observations) ForgetBinding(namespace, name string) {
 
 // Describe implements prometheus.Collector.
 func (o *Observations) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{o.up, o.capacity, o.used, o.registered, o.expected, o.bindingUsed, o.bindingEffective, o.bindingEvicted, o.inUse, o.drift} {
+	for _, d := range []*prometheus.Desc{o.up, o.capacity, o.used, o.registered, o.expected, o.bindingUsed, o.bindingEffective, o.bindingEvicted, o.inUse, o.drift, o.promptTokens, o.storeTokens, o.hitRatio} {
 		ch <- d
 	}
 }
@@ -155,5 +166,10 @@ func (o *Observations) Collect(ch chan<- prometheus.Metric) {
 		}
 		d := int64(b.DriftedPods)
 		gauge(o.drift, &d, l...)
+		for desc, v := range map[*prometheus.Desc]*float64{o.promptTokens: b.PromptTokens, o.storeTokens: b.StoreTokens, o.hitRatio: b.HitRatio} {
+			if v != nil {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, *v, l...)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -9,6 +10,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/injection"
+	"github.com/kvcache-operator/kvcache/operator/enginestats"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -73,24 +75,50 @@ func InjectedUse(p *corev1.Pod) PodUse {
 	if rec, ok := injection.RecordOf(p); ok {
 		u.Engine, _ = engines.ByID(rec.Engine)
 	}
-	if c := engineContainer(p); c != nil && u.Engine.ID != "" {
+	c := engineContainer(p)
+	if c != nil && u.Engine.ID != "" {
 		if v := injection.ContainerRelease(u.Engine, c); v.Release != nil && v.Status != engines.ReleaseNewer {
 			u.EngineVersion = v.Version
 		}
 	}
+	u.target(p, c)
 	return u
 }
 
 // DeploymentUse describes a Pod rendered for a ModelDeployment, whose engine and release the
-// ModelDeployment declares.
+// ModelDeployment declares; its engine is the role's one container.
 func DeploymentUse(p *corev1.Pod, e engines.Engine, version string) PodUse {
 	u := podUse(p)
 	u.Engine, u.EngineVersion = e, version
+	var c *corev1.Container
+	if len(p.Spec.Containers) > 0 {
+		c = &p.Spec.Containers[0]
+	}
+	u.target(p, c)
 	return u
 }
 
+// target fills in where the engine container c of p publishes its counters, and since when.
+func (u *PodUse) target(p *corev1.Pod, c *corev1.Container) {
+	if c == nil || u.Engine.ID == "" {
+		u.MetricsErr = fmt.Sprintf("pod %s/%s: the engine container is not known", p.Namespace, p.Name)
+		return
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == c.Name && cs.State.Running != nil {
+			u.EngineStarted = cs.State.Running.StartedAt.Time
+		}
+	}
+	url, err := enginestats.Target(p, u.Engine, c.Name)
+	if err != nil {
+		u.MetricsErr = err.Error()
+		return
+	}
+	u.MetricsURL = url
+}
+
 func podUse(p *corev1.Pod) PodUse {
-	u := PodUse{Namespace: p.Namespace, Name: p.Name, Created: p.CreationTimestamp.Time}
+	u := PodUse{Namespace: p.Namespace, Name: p.Name, Created: p.CreationTimestamp.Time, UID: p.UID}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			u.Ready, u.ReadySince = true, c.LastTransitionTime.Time

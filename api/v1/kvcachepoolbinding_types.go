@@ -94,6 +94,43 @@ type KVCachePoolBindingStatus struct {
 	// +optional
 	// +listType=atomic
 	UsedBy []ObjectReference `json:"usedBy,omitempty"`
+	// StoreHits is how much of what the engines using this Binding were asked the store served,
+	// from the engines' own counters: the master stores blocks and never sees a request.
+	// Absent until an engine Pod's counters were read.
+	// +optional
+	StoreHits *StoreHits `json:"storeHits,omitempty"`
+}
+
+// StoreHits is what engine Pods report about the store over a window, from their own /metrics
+// (vLLM: vllm:prompt_tokens_total and vllm:external_prefix_cache_hits_total; SGLang, started
+// with --enable-metrics: sglang:prompt_tokens_total and sglang:cached_tokens_total with
+// cache_source storage), read by the operator from each Pod's IP. While the figures keep
+// moving they are rewritten at most every 5 minutes; the operator's metrics carry them as
+// they move.
+type StoreHits struct {
+	// Window is how far back the figures reach (the manager's --hit-rate-window); less when
+	// the Pods were first read later than that (Since).
+	Window metav1.Duration `json:"window"`
+	// Since is when the figures start.
+	Since metav1.Time `json:"since"`
+	// PromptTokens is the prompt tokens the engines were asked to prefill.
+	PromptTokens int64 `json:"promptTokens"`
+	// StoreTokens is the prompt tokens they loaded from the store instead of computing them.
+	StoreTokens int64 `json:"storeTokens"`
+	// Ratio is StoreTokens of PromptTokens in percent, one decimal ("97.3%"); absent while no
+	// prompt token was asked.
+	// +optional
+	Ratio string `json:"ratio,omitempty"`
+	// Pods is how many engine Pods were read.
+	Pods int32 `json:"pods"`
+	// Unread is how many Ready engine Pods could not be read; Message says why.
+	// +optional
+	Unread int32 `json:"unread,omitempty"`
+	// Message says what could not be read, and why.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ObservedTime is when the figures were computed.
+	ObservedTime metav1.Time `json:"observedTime"`
 }
 
 // BindingDrift names the Pods whose injected configuration is stale. Injection runs only when
@@ -117,6 +154,7 @@ type BindingDrift struct {
 // +kubebuilder:printcolumn:name="Domain",type=string,JSONPath=`.spec.domain.name`
 // +kubebuilder:printcolumn:name="Effective",type=string,JSONPath=`.status.effectiveQuota`
 // +kubebuilder:printcolumn:name="Usage",type=string,JSONPath=`.status.usage`
+// +kubebuilder:printcolumn:name="Hit Rate",type=string,JSONPath=`.status.storeHits.ratio`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type KVCachePoolBinding struct {

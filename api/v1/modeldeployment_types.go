@@ -150,6 +150,10 @@ type ModelDeploymentStatus struct {
 	// Roles summarises the roles, e.g. 2S or 1P2D.
 	// +optional
 	Roles string `json:"roles,omitempty"`
+	// StoreHits is how much of what this deployment's engines were asked the store served,
+	// from their own counters (see KVCachePoolBinding's).
+	// +optional
+	StoreHits *StoreHits `json:"storeHits,omitempty"`
 }
 
 // ModelDeployment is a managed engine deployment whose roles get the same cache configuration
@@ -159,6 +163,7 @@ type ModelDeploymentStatus struct {
 // +kubebuilder:resource:scope=Namespaced,shortName=md,categories=kvcache
 // +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine.name`
 // +kubebuilder:printcolumn:name="Roles",type=string,JSONPath=`.status.roles`
+// +kubebuilder:printcolumn:name="Hit Rate",type=string,JSONPath=`.status.storeHits.ratio`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ModelDeployment struct {

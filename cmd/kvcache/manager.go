@@ -60,6 +60,12 @@ func newManagerCommand() *cobra.Command {
 			if o.Settings, err = manager.ParseSettings(settings); err != nil {
 				return usageErrorf("%v", err)
 			}
+			if o.HitRateWindow < time.Minute || o.HitRateWindow > time.Hour {
+				return usageErrorf("--hit-rate-window %s: use a window from 1m to 1h", o.HitRateWindow)
+			}
+			if o.EngineScrapeInterval < time.Second || o.EngineScrapeInterval > o.HitRateWindow/2 {
+				return usageErrorf("--engine-scrape-interval %s: use at least 1s and at most half of --hit-rate-window (%s)", o.EngineScrapeInterval, o.HitRateWindow)
+			}
 			ctx := ctrl.SetupSignalHandler()
 			if err := manager.WaitForAPIServer(ctx, cfg, ctrl.Log.WithName("setup"), time.Second); err != nil {
 				return fmt.Errorf("stopped while waiting for the API server: %w", err)
@@ -79,6 +85,8 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "address /healthz and /readyz bind to")
 	f.StringVar(&o.OperatorImage, "operator-image", defaultOperatorImage(), "the manager's own image: electing leader Pods copy the store launcher (kvcache elect) out of it, member Pods their preStop drain (kvcache drain-member) (the chart sets it)")
 	f.BoolVar(&o.LeaderElect, "leader-elect", false, "elect one replica to run the controllers (webhooks serve on every replica)")
+	f.DurationVar(&o.HitRateWindow, "hit-rate-window", operator.DefaultHitRateWindow, "how far back a Binding's and a ModelDeployment's status.storeHits reach (the prompt tokens their engines were asked and how many the store served, from the engines' own counters); at most 1h")
+	f.DurationVar(&o.EngineScrapeInterval, "engine-scrape-interval", operator.DefaultEngineScrapeInterval, "the least time between two reads of one engine Pod's /metrics")
 	f.DurationVar(&o.CacheInUseWindow, "cache-in-use-window", operator.DefaultCacheInUseWindow, "how long Pods that use a Binding may be Ready with no write under its tenant before its CacheInUse condition (and a ModelDeployment's CacheAttached) turns False; also how long EvictingOwnObjects stays True after the last eviction")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for out-of-cluster runs")
 	f.StringVar(&certMode, "cert-mode", "external", "self: create and rotate the webhook CA and serving certificate in --cert-secret-name and keep the webhook configurations' caBundle current; external: certificates in --cert-dir come from elsewhere (cert-manager, a Secret) and are reloaded when they change")

@@ -92,6 +92,12 @@ type Options struct {
 	// under its tenant before CacheInUse (and a ModelDeployment's CacheAttached) is False;
 	// operator.DefaultCacheInUseWindow when zero.
 	CacheInUseWindow time.Duration
+	// HitRateWindow is how far back a Binding's and a ModelDeployment's status.storeHits
+	// reach; operator.DefaultHitRateWindow when zero.
+	HitRateWindow time.Duration
+	// EngineScrapeInterval is the least time between two reads of one engine Pod's counters;
+	// operator.DefaultEngineScrapeInterval when zero.
+	EngineScrapeInterval time.Duration
 	// Settings is the Setting catalog with the release's values (ParseSettings): every replica
 	// creates the entries missing at its start, and the elected one keeps them (recreates a
 	// deleted one, applies a value the release changed); until an entry exists, the webhooks
@@ -352,6 +358,9 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	// The writes seen per tenant: recorded by the Binding controller, read by the
 	// ModelDeployment controller for its own Pods.
 	activity := &operator.TenantActivity{}
+	// The engines' own counters, read from their Pods: shared by the Binding and
+	// ModelDeployment controllers, so a Pod both report on is read once per interval.
+	engineReader := &operator.EngineReader{Interval: o.EngineScrapeInterval}
 	// One view of each master's ledger for the pool and Binding controllers: read once per
 	// poll whichever asks first, dropped after each of their writes.
 	poll := o.PollInterval
@@ -373,7 +382,7 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	if err := (&binding.Reconciler{
 		Client: mgr.GetClient(), Admin: admin, View: view, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 		Pods: mgr.GetClient(), DeploymentPods: rendered, Injector: injection.New(r), Activity: activity,
-		CacheInUseWindow: o.CacheInUseWindow, WakePool: pools.Wake,
+		CacheInUseWindow: o.CacheInUseWindow, WakePool: pools.Wake, Engines: engineReader, HitRateWindow: o.HitRateWindow,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -384,6 +393,6 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	}
 	return (&modeldeployment.Reconciler{
 		Client: cat.wrap(mgr.GetClient()), Renderer: r, Pods: rendered, Activity: activity,
-		CacheInUseWindow: o.CacheInUseWindow,
+		CacheInUseWindow: o.CacheInUseWindow, Engines: engineReader, HitRateWindow: o.HitRateWindow,
 	}).SetupWithManager(mgr)
 }

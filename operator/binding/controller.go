@@ -74,11 +74,18 @@ type Reconciler struct {
 	// tenant before CacheInUse is False, and how long EvictingOwnObjects stays True after the
 	// last eviction; operator.DefaultCacheInUseWindow when zero.
 	CacheInUseWindow time.Duration
+	// Engines reads the engine Pods' own counters (shared with the ModelDeployment
+	// controller); nil: this reconciler keeps its own.
+	Engines *operator.EngineReader
+	// HitRateWindow is how far back status.storeHits reaches; operator.DefaultHitRateWindow
+	// when zero.
+	HitRateWindow time.Duration
 	// WakePool reconciles a pool now: a deleted Binding handed its tenant's leased rest over
 	// and waits for the pool's status.releasing to hold it. Nil: the pool's next poll sees it.
 	WakePool func(pool string)
 
 	activityOnce sync.Once
+	enginesOnce  sync.Once
 	viewOnce     sync.Once
 	drift        driftMemo
 }
@@ -143,6 +150,13 @@ func (r *Reconciler) view() *storeview.View {
 		r.viewOnce.Do(func() { r.View = &storeview.View{MaxAge: r.PollInterval, Metrics: r.Metrics} })
 	}
 	return r.View
+}
+
+func (r *Reconciler) engines() *operator.EngineReader {
+	if r.Engines == nil {
+		r.enginesOnce.Do(func() { r.Engines = &operator.EngineReader{} })
+	}
+	return r.Engines
 }
 
 func (r *Reconciler) activity() *operator.TenantActivity {

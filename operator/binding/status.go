@@ -13,6 +13,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/enginestats"
 	"github.com/kvcache-operator/kvcache/operator/store"
 )
 
@@ -125,18 +126,34 @@ type use struct {
 	// defaultWrites: the master holds objects under the tenant default and no Binding on it
 	// holds that domain.
 	defaultWrites bool
+	// engines is what the Ready engine Pods counted over the hit-rate window.
+	engines enginestats.Window
+}
+
+// enginesRead is the engines' window, nil when no engine Pod was read.
+func (u use) enginesRead() *enginestats.Window {
+	if u.engines.Pods == 0 {
+		return nil
+	}
+	return &u.engines
+}
+
+// setStoreHits publishes what the engines counted (rate-limited as usage is).
+func setStoreHits(b *kvv1.KVCachePoolBinding, u use) {
+	b.Status.StoreHits = operator.RefreshStoreHits(b.Status.StoreHits, operator.StoreHitsOf(u.engines, u.now), u.now, u.refresh)
 }
 
 // setCacheInUse decides CacheInUse and returns what to announce when it turns False ("" for
-// nothing).
-func setCacheInUse(b *kvv1.KVCachePoolBinding, u use) (announce string) {
+// nothing), with the event's reason: CacheNotWritten, or CacheNotRead for a tenant written and
+// never read back.
+func setCacheInUse(b *kvv1.KVCachePoolBinding, u use) (event, announce string) {
 	st := &b.Status
 	prev := meta.FindStatusCondition(st.Conditions, kvv1.ConditionCacheInUse)
 	wasFalse := prev != nil && prev.Status == metav1.ConditionFalse
 	v := operator.CacheUse(operator.CacheUseInput{
 		Now: u.now, Window: u.window, Tenant: b.DomainName(), Backend: u.backend, StoreImage: u.storeImage,
 		Pods: u.pods, NoLedger: u.noLedger, Observed: u.held && u.observed, Activity: u.activity,
-		DefaultWrites: u.defaultWrites, Prev: prev,
+		DefaultWrites: u.defaultWrites, Prev: prev, Engines: u.enginesRead(), BlockSize: b.Spec.Domain.BlockSize,
 	})
 	if !u.held && !u.noLedger && len(u.pods) > 0 {
 		// No tenant of its own on the master (the domain is another Binding's, or no backend):
@@ -145,13 +162,16 @@ func setCacheInUse(b *kvv1.KVCachePoolBinding, u use) (announce string) {
 			Message: "the Binding holds no tenant on a master (see QuotaGranted and DomainExclusive), so writes under its domain are not its own"}
 	}
 	if v.Keep {
-		return ""
+		return "", ""
 	}
 	operator.SetCondition(&st.Conditions, b.Generation, kvv1.ConditionCacheInUse, v.Status, v.Reason, v.Message)
-	if v.Status == metav1.ConditionFalse && !wasFalse {
-		return v.Message
+	if v.Status == metav1.ConditionFalse && (!wasFalse || prev.Reason != v.Reason) {
+		if v.Reason == kvv1.ReasonNoStoreHits {
+			return "CacheNotRead", v.Message
+		}
+		return "CacheNotWritten", v.Message
 	}
-	return ""
+	return "", ""
 }
 
 // setEvicting decides EvictingOwnObjects and returns what to announce: loud when it starts,
@@ -249,6 +269,12 @@ func figures(b *kvv1.KVCachePoolBinding, pool string, u use) operator.BindingFig
 	}
 	if b.Status.Drift != nil {
 		fig.DriftedPods = int(b.Status.Drift.Pods)
+	}
+	if w := u.engines; w.Pods > 0 {
+		fig.PromptTokens, fig.StoreTokens = ptr.To(w.PromptTokens), ptr.To(w.StoreTokens)
+		if r, ok := w.HitRatio(); ok {
+			fig.HitRatio = ptr.To(r)
+		}
 	}
 	return fig
 }

@@ -1,6 +1,7 @@
 package binding
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/enginestats"
 	"github.com/kvcache-operator/kvcache/operator/store"
 )
 
@@ -135,6 +137,10 @@ func TestUsageMovingEveryPollIsWrittenAtMostEveryRefresh(t *testing.T) {
 
 func TestCacheInUseIsAnnouncedWhenItTurnsFalse(t *testing.T) {
 	ready := operator.PodUse{Namespace: "team-a", Name: "chat-0", Engine: engines.VLLM, Ready: true, ReadySince: now.Add(-time.Hour), Created: now.Add(-time.Hour)}
+	ready2 := ready
+	ready2.Name = "chat-1"
+	// Two engines asked a window's worth of prompt tokens and the store served none.
+	neverHit := enginestats.Window{Window: 15 * time.Minute, From: now.Add(-15 * time.Minute), PromptTokens: 9000, Requests: 6, Pods: 2, Models: []string{"qwen"}}
 	base := use{now: now, window: time.Minute, refresh: time.Minute, backend: "dram", held: true, observed: true, activity: operator.Activity{Since: now.Add(-2 * time.Hour)}}
 	for _, tc := range []struct {
 		name     string
@@ -143,6 +149,7 @@ func TestCacheInUseIsAnnouncedWhenItTurnsFalse(t *testing.T) {
 		status   metav1.ConditionStatus
 		reason   string
 		announce bool
+		event    string
 	}{
 		{name: "no Pod: Unknown, never False", u: func(u use) use { return u }, status: metav1.ConditionUnknown, reason: kvv1.ReasonNoPods},
 		{name: "Ready for the window with no write: False, announced",
@@ -161,18 +168,46 @@ func TestCacheInUseIsAnnouncedWhenItTurnsFalse(t *testing.T) {
 		{name: "a domain held by another Binding: its writes are not this one's",
 			u:      func(u use) use { u.pods, u.held = []operator.PodUse{ready}, false; return u },
 			status: metav1.ConditionUnknown, reason: kvv1.ReasonNotObserved},
+		{name: "written, and two engines asked a window's worth with none served from the store: False, announced as not read",
+			u: func(u use) use {
+				u.pods, u.activity.LastWrite = []operator.PodUse{ready, ready2}, now.Add(-time.Second)
+				u.engines = neverHit
+				return u
+			},
+			prev:   &metav1.Condition{Type: kvv1.ConditionCacheInUse, Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesObserved},
+			status: metav1.ConditionFalse, reason: kvv1.ReasonNoStoreHits, announce: true, event: "CacheNotRead"},
+		{name: "written and read back by the second engine: True",
+			u: func(u use) use {
+				u.pods, u.activity.LastWrite = []operator.PodUse{ready, ready2}, now.Add(-time.Second)
+				u.engines = neverHit
+				u.engines.StoreTokens = 1408
+				return u
+			},
+			status: metav1.ConditionTrue, reason: kvv1.ReasonWritesObserved},
+		{name: "one engine's repeats come from its own prefix cache: not judged",
+			u: func(u use) use {
+				u.pods, u.activity.LastWrite = []operator.PodUse{ready}, now.Add(-time.Second)
+				u.engines = neverHit
+				u.engines.Pods = 1
+				return u
+			},
+			status: metav1.ConditionTrue, reason: kvv1.ReasonWritesObserved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := testBinding()
 			if tc.prev != nil {
 				b.Status.Conditions = []metav1.Condition{*tc.prev}
 			}
-			got := setCacheInUse(b, tc.u(base))
+			event, got := setCacheInUse(b, tc.u(base))
 			c := cond(b, kvv1.ConditionCacheInUse)
 			assert.Equal(t, tc.status, c.Status)
 			assert.Equal(t, tc.reason, c.Reason)
 			if tc.announce {
 				assert.Equal(t, c.Message, got, "the event says what the condition says")
+				if tc.event == "" {
+					tc.event = "CacheNotWritten"
+				}
+				assert.Equal(t, tc.event, event)
 			} else {
 				assert.Empty(t, got)
 			}
@@ -184,7 +219,8 @@ func TestAHeldTenantWithoutAMasterReadKeepsItsVerdict(t *testing.T) {
 	b := testBinding()
 	b.Status.Conditions = []metav1.Condition{{Type: kvv1.ConditionCacheInUse, Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesObserved, Message: "kept"}}
 	pod := operator.PodUse{Namespace: "team-a", Name: "chat-0", Ready: true, ReadySince: now.Add(-time.Hour)}
-	assert.Empty(t, setCacheInUse(b, use{now: now, window: time.Minute, backend: "dram", held: true, pods: []operator.PodUse{pod}}))
+	_, announce := setCacheInUse(b, use{now: now, window: time.Minute, backend: "dram", held: true, pods: []operator.PodUse{pod}})
+	assert.Empty(t, announce)
 	assert.Equal(t, "kept", cond(b, kvv1.ConditionCacheInUse).Message, "the figures were not read: nothing new is known")
 }
 
@@ -306,4 +342,29 @@ func TestTheFiguresAreWhatWasObserved(t *testing.T) {
 	b.Status.Conditions[0].Status = metav1.ConditionUnknown
 	assert.Equal(t, operator.BindingFigures{Namespace: "team-a", Name: "chat", Pool: "shared", Domain: "team-a-chat", DriftedPods: 2}, figures(b, "shared", u),
 		"unread figures and an Unknown verdict are absent, not zero")
+}
+
+func TestStoreHitsAreTheEnginesOwnFiguresRateLimited(t *testing.T) {
+	b := testBinding()
+	u := use{now: now, refresh: 5 * time.Minute}
+	setStoreHits(b, u)
+	assert.Nil(t, b.Status.StoreHits, "no engine Pod read: no figure, not a zero")
+
+	u.engines = enginestats.Window{Window: 15 * time.Minute, From: now.Add(-15 * time.Minute), PromptTokens: 1503, StoreTokens: 1408, Pods: 2}
+	setStoreHits(b, u)
+	require.NotNil(t, b.Status.StoreHits)
+	assert.Equal(t, kvv1.StoreHits{
+		Window: metav1.Duration{Duration: 15 * time.Minute}, Since: metav1.Time{Time: now.Add(-15 * time.Minute)},
+		PromptTokens: 1503, StoreTokens: 1408, Ratio: "93.7%", Pods: 2, ObservedTime: metav1.Time{Time: now},
+	}, *b.Status.StoreHits)
+
+	u.now = now.Add(time.Minute)
+	u.engines.PromptTokens, u.engines.StoreTokens = 3006, 2816
+	setStoreHits(b, u)
+	assert.Equal(t, int64(1503), b.Status.StoreHits.PromptTokens, "figures that keep moving are rewritten only when the refresh is due")
+
+	u.engines.Unreadable, u.engines.Err = 1, errors.New("pod team-a/chat-2: connection refused")
+	setStoreHits(b, u)
+	assert.Equal(t, "1 of 3 Ready engine Pods could not be read: pod team-a/chat-2: connection refused", b.Status.StoreHits.Message, "a Pod that cannot be read is said at once")
+	assert.Equal(t, int64(3006), b.Status.StoreHits.PromptTokens)
 }

@@ -56,22 +56,26 @@ func (r *Reconciler) setUse(ctx context.Context, s *state, mds []kvv1.ModelDeplo
 		log.FromContext(ctx).Error(err, "list the Pods of a Binding", "binding", s.key().String())
 		return bareFigures(b, s.pool.Name)
 	}
+	// What the engines themselves counted: read from the Ready Pods that are due.
+	r.engines().Read(ctx, u.pods, s.now)
 	in := use{
 		now: s.now, window: operator.CacheInUseWindowOr(r.CacheInUseWindow), refresh: operator.UsageRefreshOr(r.UsageRefresh),
 		pods: u.pods, held: s.backend != nil && s.holds(), noLedger: s.noLedger,
 		observed: s.figuresRead && s.hasFigure, figure: s.figure, activity: s.activity,
 		defaultWrites: s.defaultWrites && !s.domainHeld(kvv1.DefaultDomainName),
+		engines:       r.engines().Window(u.pods, s.now, operator.HitRateWindowOr(r.HitRateWindow)),
 	}
 	if s.backend != nil {
 		in.backend, in.storeImage = s.backend.Name, r.storeImage(ctx, s.backend)
 	}
-	if msg := setCacheInUse(b, in); msg != "" {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "CacheNotWritten", "Observe", "%s", msg)
+	if event, msg := setCacheInUse(b, in); msg != "" {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, event, "Observe", "%s", msg)
 	}
 	if msg := setEvicting(b, in); msg != "" {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "EvictingOwnObjects", "Observe", "%s", msg)
 	}
 	setEvicted(b, in)
+	setStoreHits(b, in)
 	if stale, ok := r.judgeDrift(ctx, s, u.injected); ok {
 		setDrift(b, stale)
 	}

@@ -207,6 +207,10 @@ func TestSamplesKeepOnlyWhatAWindowReads(t *testing.T) {
 
 	assert.False(t, s.Due(p, t0.Add(-59*time.Minute), 30*time.Second))
 	assert.True(t, s.Due(p, t0, 30*time.Second))
+	s.Failed(types.UID("old"), t0.Add(-2*time.Hour), errors.New("refused"))
+	s.Expire(t0.Add(-30 * time.Minute))
+	assert.NotContains(t, s.pods, types.UID("old"), "a Pod not asked for since is forgotten")
+	assert.Contains(t, s.pods, p, "a Pod read since is kept")
 	s.Forget(func(types.UID) bool { return false })
 	assert.Empty(t, s.pods)
 }

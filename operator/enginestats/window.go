@@ -75,6 +75,22 @@ func (s *Samples) Due(pod types.UID, now time.Time, interval time.Duration) bool
 	return now.Sub(last) >= interval
 }
 
+// Expire drops what is remembered of every Pod neither scraped nor tried since before: a Pod
+// that went (deleted, or no longer Ready) is no longer asked for, and nothing else says so.
+func (s *Samples) Expire(before time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid, h := range s.pods {
+		last := h.errAt
+		if n := len(h.samples); n > 0 && h.samples[n-1].at.After(last) {
+			last = h.samples[n-1].at
+		}
+		if last.Before(before) {
+			delete(s.pods, uid)
+		}
+	}
+}
+
 // Forget drops what is remembered of the Pods not in keep.
 func (s *Samples) Forget(keep func(types.UID) bool) {
 	s.mu.Lock()

@@ -32,6 +32,7 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/enginestats"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -47,6 +48,15 @@ type Reconciler struct {
 	// CacheInUseWindow: how long Ready Pods may go without a write before CacheAttached is
 	// False; operator.DefaultCacheInUseWindow when zero.
 	CacheInUseWindow time.Duration
+	// Engines reads the engine Pods' own counters, shared with the Binding controller; nil:
+	// status.storeHits is not reported.
+	Engines *operator.EngineReader
+	// HitRateWindow is how far back status.storeHits reaches; operator.DefaultHitRateWindow
+	// when zero.
+	HitRateWindow time.Duration
+	// UsageRefresh is how often status.storeHits is rewritten while it keeps moving;
+	// operator.DefaultUsageRefresh when zero.
+	UsageRefresh time.Duration
 }
 
 // SetupWithManager registers the controller: deployments, their children, the Bindings they
@@ -136,6 +146,9 @@ type state struct {
 	storeImage    string
 	// recheck is when CacheAttached can change without an event.
 	recheck time.Duration
+	// engines is what the Ready Pods counted over the hit-rate window (read: it was).
+	engines     enginestats.Window
+	enginesRead bool
 }
 
 // attachable reports whether the cache attachment (if any) resolved.
@@ -173,11 +186,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return ctrl.Result{}, err
 		}
 	}
-	setStatus(s)
+	setStatus(s, operator.UsageRefreshOr(r.UsageRefresh))
 	if s.recheck > 0 {
 		// Waiting for writes: look again when the window ends, and meanwhile as often as the
 		// store is read, since a write does not always move the Binding's status.
 		return ctrl.Result{RequeueAfter: min(s.recheck, 30*time.Second)}, nil
+	}
+	if s.enginesRead {
+		// The engines' counters move with every request and no event says so.
+		return ctrl.Result{RequeueAfter: r.Engines.ScrapeInterval()}, nil
 	}
 	return ctrl.Result{}, nil
 }
@@ -284,6 +301,10 @@ func (r *Reconciler) observePods(ctx context.Context, s *state) error {
 	}
 	if r.Activity != nil {
 		s.activity, s.activityKnown = r.Activity.Get(a.Backend.UID, a.Domain)
+	}
+	if r.Engines != nil && len(s.pods) > 0 {
+		r.Engines.Read(ctx, s.pods, s.now)
+		s.engines, s.enginesRead = r.Engines.Window(s.pods, s.now, operator.HitRateWindowOr(r.HitRateWindow)), true
 	}
 	img, err := objects.StoreImage(ctx, objects.Cluster{Cached: r.Client}, a.Backend)
 	if err == nil {

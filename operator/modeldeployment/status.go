@@ -2,6 +2,7 @@ package modeldeployment
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,6 +10,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/enginestats"
 )
 
 func set(md *kvv1.ModelDeployment, t string, status metav1.ConditionStatus, reason, msg string) {
@@ -16,11 +18,12 @@ func set(md *kvv1.ModelDeployment, t string, status metav1.ConditionStatus, reas
 }
 
 // setStatus computes the deployment's status from what the reconcile observed.
-func setStatus(s *state) {
+func setStatus(s *state, refresh time.Duration) {
 	md := s.md
 	md.Status.Roles = generator.RolesSummary(md)
 	setRollout(s)
 	setCacheAttached(s)
+	setStoreHits(s, refresh)
 	switch {
 	case s.renderErr != nil || s.refusal != nil:
 		md.Status.Phase = kvv1.PhaseDegraded
@@ -29,6 +32,26 @@ func setStatus(s *state) {
 	default:
 		md.Status.Phase = kvv1.PhaseProvisioning
 	}
+}
+
+// enginesWindow is the engines' window, nil when no engine Pod was read.
+func (s *state) enginesWindow() *enginestats.Window {
+	if !s.enginesRead || s.engines.Pods == 0 {
+		return nil
+	}
+	return &s.engines
+}
+
+// setStoreHits publishes what the deployment's engines counted (rate-limited as a Binding's);
+// without a cache, or before any Pod was read, there is nothing to say.
+func setStoreHits(s *state, refresh time.Duration) {
+	if s.md.Spec.KVCache == nil || !s.enginesRead {
+		if s.md.Spec.KVCache == nil {
+			s.md.Status.StoreHits = nil
+		}
+		return
+	}
+	s.md.Status.StoreHits = operator.RefreshStoreHits(s.md.Status.StoreHits, operator.StoreHitsOf(s.engines, s.now), s.now, refresh)
 }
 
 func setRollout(s *state) {
@@ -101,7 +124,8 @@ func setCacheAttached(s *state) {
 	v := operator.CacheUse(operator.CacheUseInput{
 		Now: s.now, Window: s.window, Tenant: a.Domain, Backend: a.Backend.Name, StoreImage: s.storeImage,
 		Pods: s.pods, Observed: s.activityKnown, Activity: s.activity,
-		Prev: meta.FindStatusCondition(md.Status.Conditions, kvv1.ConditionCacheAttached),
+		Prev:    meta.FindStatusCondition(md.Status.Conditions, kvv1.ConditionCacheAttached),
+		Engines: s.enginesWindow(), BlockSize: a.Binding.Spec.Domain.BlockSize,
 	})
 	s.recheck = v.RecheckAfter
 	if v.Keep {

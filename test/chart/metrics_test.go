@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,7 +258,7 @@ func scrapeManager(t *testing.T) map[string]bool {
 			}
 			return strings.TrimPrefix(fake.URL(), "http://")
 		},
-		PollInterval: 300 * time.Millisecond, CacheInUseWindow: time.Second,
+		PollInterval: 300 * time.Millisecond, CacheInUseWindow: time.Second, EngineScrapeInterval: 200 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	mctx, cancel := context.WithCancel(ctx)
@@ -306,11 +308,20 @@ func scrapeManager(t *testing.T) map[string]bool {
 		b := &kvv1.KVCachePoolBinding{}
 		return c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "chat"}, b) == nil && b.Status.Phase == kvv1.PhaseReady
 	}, 30*time.Second, 100*time.Millisecond, "the Binding is granted")
+	// The injected Pod's engine: its /metrics (on the port of its launch line) counts prompt
+	// tokens and the store's share of them, as vLLM's does.
+	var served atomic.Int64
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := served.Add(1)
+		fmt.Fprintf(w, "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"m\"} %d\n# TYPE vllm:external_prefix_cache_hits_total counter\nvllm:external_prefix_cache_hits_total{model_name=\"m\"} %d\n", 1500*n, 1408*n)
+	}))
+	t.Cleanup(engine.Close)
+	enginePort := strconv.Itoa(engine.Listener.Addr().(*net.TCPAddr).Port)
 	// Through the webhook: one Pod injected, one refused.
 	pod := func(name, binding string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, Labels: map[string]string{vocab.LabelInject: "true"},
 			Annotations: map[string]string{vocab.AnnotationBinding: binding, vocab.AnnotationEngine: "vLLM"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m"}}}}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.29.0", Command: []string{"vllm"}, Args: []string{"serve", "--model", "m", "--port", enginePort}}}}}
 	}
 	// The webhook refuses, saying to retry, until the pool has published its store address.
 	require.Eventually(t, func() bool {
@@ -325,12 +336,15 @@ func scrapeManager(t *testing.T) map[string]bool {
 	}
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(injected), injected))
 	require.Error(t, c.Create(ctx, pod("vllm-1", "no-such-binding")), "refused")
-	injected.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+	injected.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "vllm", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
 	require.NoError(t, c.Status().Update(ctx, injected))
 	fake.Evict("team-a-chat", 4096)
 
 	want := []string{"kvcache_store_up", "kvcache_backend_capacity_bytes", "kvcache_backend_members_expected", "kvcache_binding_cache_in_use",
 		"kvcache_binding_evicted_bytes_total", "kvcache_admission_total", "kvcache_store_scrape_failures_total", "kvcache_ledger_writes_total",
+		"kvcache_binding_engine_prompt_tokens", "kvcache_binding_engine_store_tokens", "kvcache_binding_store_hit_ratio",
 		"leader_election_master_status", "controller_runtime_reconcile_errors_total"}
 	var exported map[string]bool
 	require.Eventually(t, func() bool {

@@ -210,8 +210,8 @@ func TestCRDsCarryNamesCategoryAndColumns(t *testing.T) {
 	}{
 		{"kvcachebackends", "kvcb", []string{"Type", "Phase", "Endpoint", "Capacity", "Failover", "Age", "Update-Pending"}},
 		{"kvcachepools", "kvcp", []string{"Quota", "Usage", "Phase", "Endpoint", "Age"}},
-		{"kvcachepoolbindings", "kvcpb", []string{"Pool", "Domain", "Effective", "Usage", "Phase", "Age"}},
-		{"modeldeployments", "md", []string{"Engine", "Roles", "Phase", "Age"}},
+		{"kvcachepoolbindings", "kvcpb", []string{"Pool", "Domain", "Effective", "Usage", "Hit Rate", "Phase", "Age"}},
+		{"modeldeployments", "md", []string{"Engine", "Roles", "Hit Rate", "Phase", "Age"}},
 		{"instancetypes", "it", nil},
 		{"settings", "", []string{"Value", "Age"}},
 	}
