@@ -42,6 +42,9 @@ type Release struct {
 	Flags map[string][]string `json:"flags"`
 	// Client is the Mooncake client the engine's published image bundles.
 	Client ReleaseClient `json:"client"`
+	// Ran says how the release ran as a real engine against the store ("" when only its
+	// readers and parser were run): the build and what it proved.
+	Ran string `json:"ran,omitempty"`
 }
 
 // ReleaseClient is a bundled Mooncake client: its release ("" when nothing measured says it)
@@ -320,8 +323,8 @@ const (
 func MatrixMarkdown(t ReleaseTable) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s from each release's own code on PyPI (`engines/releases.json`; `hack/engines.sh` adds a release).\n\n", t.Measured)
-	b.WriteString("| engine | release | injection | Mooncake reader | `--kv-cache-dtype` | flags injection writes and refuses | bundled Mooncake client |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| engine | release | injection | proven by | Mooncake reader | `--kv-cache-dtype` | flags injection writes and refuses | bundled Mooncake client |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range t.Releases {
 		e, _ := ByID(r.Engine)
 		rel := r.Version
@@ -351,8 +354,12 @@ func MatrixMarkdown(t ReleaseTable) string {
 		if r.Client.Version != "" {
 			client = r.Client.Version
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | `%s` | %d (%s): %s | %s | %s (%s) |\n",
-			e.Name, rel, support, r.Reader, len(r.Dtypes), checked, strings.Join(r.Dtypes, " "),
+		proven := "its readers and parser"
+		if r.Ran != "" {
+			proven = "**a real engine**: " + r.Ran
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | `%s` | %d (%s): %s | %s | %s (%s) |\n",
+			e.Name, rel, support, proven, r.Reader, len(r.Dtypes), checked, strings.Join(r.Dtypes, " "),
 			strings.Join(flags, ", "), client, r.Client.Source)
 	}
 	return b.String()

