@@ -18,19 +18,19 @@ func readTable(t *testing.T) ReleaseTable {
 	return tbl
 }
 
-// The generated Go table and the README's matrix are exactly what releases.json says: neither
-// can drift from the measured data without `go generate ./engines/`.
-func TestGeneratedTableAndReadmeFollowReleasesJSON(t *testing.T) {
+// The generated Go table and docs/engines.md's matrix are exactly what releases.json says:
+// neither can drift from the measured data without `go generate ./engines/`.
+func TestGeneratedTableAndMatrixFollowReleasesJSON(t *testing.T) {
 	tbl := readTable(t)
 	assert.Equal(t, tbl.Releases, releaseTable, "releases_gen.go is stale: run `go generate ./engines/`")
 	for _, e := range tbl.Engines {
 		assert.Equal(t, e.Images, releaseImages[e.ID], "releases_gen.go is stale: run `go generate ./engines/`")
 	}
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/engines.md")
 	require.NoError(t, err)
-	i, j := strings.Index(string(readme), MatrixBegin), strings.Index(string(readme), MatrixEnd)
-	require.True(t, i >= 0 && j > i, "README.md has no generated matrix block")
-	assert.Equal(t, MatrixMarkdown(tbl), string(readme)[i+len(MatrixBegin):j], "README.md's matrix is stale: run `go generate ./engines/`")
+	i, j := strings.Index(string(page), MatrixBegin), strings.Index(string(page), MatrixEnd)
+	require.True(t, i >= 0 && j > i, "docs/engines.md has no generated matrix block")
+	assert.Equal(t, MatrixMarkdown(tbl), string(page)[i+len(MatrixBegin):j], "docs/engines.md's matrix is stale: run `go generate ./engines/`")
 }
 
 func TestParseReleaseTableNamesTheFieldAndTheFix(t *testing.T) {

@@ -19,7 +19,7 @@
 #             /opt/vllm (`hack/images.sh venv vllm` prints its path). As a layer it would be
 #             written three more times (the archive, then each node's content store and
 #             snapshot) and import for minutes per node, for files both nodes can read in place;
-#             the README's engine section has the figures.
+#             docs/engines.md has the figures.
 #   etcd      docker.io/kvcache-operator/etcd:<hack/tools.sh ETCD_VERSION>  the static etcd
 #             hack/tools.sh builds, uid 65532, no shell: the etcd a warm-failover store
 #             (electionBackend: Etcd) is named in the cluster tests
@@ -37,6 +37,10 @@
 #   hack/images.sh archive IMAGE                     build; print the archive path
 #   hack/images.sh name IMAGE                        print the image reference
 #   hack/images.sh venv vllm                         build the vLLM venv; print its host path
+#   hack/images.sh prefetch                          fetch what the images download (Debian's
+#                                                    packages into the store's root filesystem,
+#                                                    the pinned wheels): network more than CPU,
+#                                                    so CI runs it beside hack/tools.sh's builds
 set -Eeuo pipefail
 shopt -s inherit_errexit nullglob
 # No failure is silent: name the command and line that stopped the script.
@@ -506,6 +510,12 @@ case "${1:-}" in
   name) [ $# -eq 2 ] || die "usage: $0 name IMAGE"; image_name "$2" ;;
   # The venv an image's Pods mount (vllm only): built when missing; its path on the host.
   venv) [ $# -eq 2 ] && [ "$2" = vllm ] || die "usage: $0 venv vllm"; build_vllm_tree; echo "$(vllm_tree)/venv" ;;
+  prefetch)
+    t0=$(now)
+    build_store_rootfs
+    vllm_wheels "$(in_chroot "$(store_rootfs)" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" >/dev/null
+    log "prefetched in $(since "$t0")s"
+    ;;
   # The header comment, however long it grows.
   -h|--help|help) awk 'NR == 1 {next} /^#/ {sub(/^# ?/, ""); print; next} {exit}' "$0" ;;
   *) log "usage: $0 build|load|archive|name ..."; exit 2 ;;

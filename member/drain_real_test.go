@@ -1,4 +1,7 @@
-//go:build linux
+//go:build linux && realstore
+
+// Built with -tags realstore (make test does): the tests install the real store from PyPI through
+// hack/mooncake.sh, which make test-unit leaves out.
 
 // Drain against the REAL mooncake_master, members (mc_store_rest_server) and the store's Python
 // client from PyPI's mooncake-transfer-engine-non-cuda wheel, provided by hack/mooncake.sh.

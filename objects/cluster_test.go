@@ -1,3 +1,8 @@
+//go:build envtest
+
+// Built with -tags envtest (make test does): a real kube-apiserver, which make test-unit does
+// not build.
+
 package objects_test
 
 import (

@@ -73,6 +73,7 @@ func TestDrainMemberUnreachableMaster(t *testing.T) {
 
 	for name, addr := range map[string]string{"refusing": refusing, "silent": silent.Addr().String()} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each waits out the master's patience
 			var stdout, stderr bytes.Buffer
 			start := time.Now()
 			code := run([]string{"drain-member", "--master-admin=" + addr, "--pod-ip=10.0.0.7", "--member-pid=0", "--deadline=5m"}, nil, &stdout, &stderr)

@@ -1,5 +1,5 @@
 // Command releasesgen writes the engines package's support table from its measured data
-// (engines/releases.json) as Go (engines/releases_gen.go), and the matrix the README shows
+// (engines/releases.json) as Go (engines/releases_gen.go), and the matrix docs/engines.md shows
 // between its releases markers. `go generate ./engines/` runs it; test/readers checks the data
 // against the releases' own code, and the engines tests check both outputs against the data.
 package main
@@ -43,16 +43,16 @@ func run(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "releases_gen.go"), src, 0o644); err != nil {
 		return err
 	}
-	readme := filepath.Join(dir, "..", "README.md")
-	text, err := os.ReadFile(readme)
+	page := filepath.Join(dir, "..", "docs", "engines.md")
+	text, err := os.ReadFile(page)
 	if err != nil {
 		return err
 	}
 	out, err := ReplaceMatrix(string(text), engines.MatrixMarkdown(t))
 	if err != nil {
-		return fmt.Errorf("%s: %w", readme, err)
+		return fmt.Errorf("%s: %w", page, err)
 	}
-	return os.WriteFile(readme, []byte(out), 0o644)
+	return os.WriteFile(page, []byte(out), 0o644)
 }
 
 // GoSource is releases_gen.go for table t.
@@ -69,12 +69,12 @@ func GoSource(t engines.ReleaseTable) ([]byte, error) {
 	return format.Source([]byte(src))
 }
 
-// ReplaceMatrix puts matrix between the README's markers.
-func ReplaceMatrix(readme, matrix string) (string, error) {
-	i := strings.Index(readme, engines.MatrixBegin)
-	j := strings.Index(readme, engines.MatrixEnd)
+// ReplaceMatrix puts matrix between the markers of page (the text of docs/engines.md).
+func ReplaceMatrix(page, matrix string) (string, error) {
+	i := strings.Index(page, engines.MatrixBegin)
+	j := strings.Index(page, engines.MatrixEnd)
 	if i < 0 || j < i {
 		return "", fmt.Errorf("no %q ... %q block: add the two lines where the matrix goes", strings.TrimSpace(engines.MatrixBegin), strings.TrimSpace(engines.MatrixEnd))
 	}
-	return readme[:i+len(engines.MatrixBegin)] + matrix + readme[j:], nil
+	return page[:i+len(engines.MatrixBegin)] + matrix + page[j:], nil
 }

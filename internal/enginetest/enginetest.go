@@ -18,6 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/operator/enginestats"
 )
@@ -73,6 +76,8 @@ type Result struct {
 	FirstToken time.Duration
 	// After is the engine's counters after the request.
 	After enginestats.Counters
+	// checked is the connector's save_exists count before the request (see WaitSaved).
+	checked float64
 }
 
 // Share is the part of the prompt the store served.
@@ -84,7 +89,7 @@ func (r Result) Share() float64 {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%d prompt tokens, %d from the store (%.0f%%), first token after %s",
+	return fmt.Sprintf("%d prompt tokens, %d from the store (%.1f%%), first token after %s",
 		r.PromptTokens, r.StoreTokens, 100*r.Share(), r.FirstToken.Round(10*time.Millisecond))
 }
 
@@ -93,10 +98,49 @@ func (e Engine) Counters(ctx context.Context) (enginestats.Counters, error) {
 	return (&enginestats.Scraper{}).Scrape(ctx, e.Engine, e.Base+"/metrics")
 }
 
+// storeOps reads what vLLM's Mooncake store connector counted of one operation (save_exists:
+// the blocks it looked up before putting them; save_put: those it put).
+func (e Engine) storeOps(ctx context.Context, operation string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := e.client().Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, m := range families["vllm:mooncake_store_operation_keys_total"].GetMetric() {
+		var op, status string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "operation":
+				op = l.GetValue()
+			case "status":
+				status = l.GetValue()
+			}
+		}
+		if op == operation && status == "ok" {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n, nil
+}
+
 // Ask sends prompt as a streamed completion of one token and reads the engine's counters before
 // and after it.
 func (e Engine) Ask(ctx context.Context, prompt string) (Result, error) {
 	before, err := e.Counters(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	checked, err := e.storeOps(ctx, "save_exists")
 	if err != nil {
 		return Result{}, err
 	}
@@ -119,7 +163,7 @@ func (e Engine) Ask(ctx context.Context, prompt string) (Result, error) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return Result{}, fmt.Errorf("POST %s/v1/completions: %s: %s", e.Base, resp.Status, msg)
 	}
-	var res Result
+	res := Result{checked: checked}
 	usage := -1
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -165,29 +209,40 @@ func (e Engine) Ask(ctx context.Context, prompt string) (Result, error) {
 	return res, nil
 }
 
-// WaitWritten waits until the engine wrote to the store past since (a Written figure of its
-// counters) and stopped writing (the connector puts a request's blocks after it answered, so
-// the response comes before the last put), and returns the counters then.
-func (e Engine) WaitWritten(ctx context.Context, since float64) (enginestats.Counters, error) {
-	var last enginestats.Counters
-	stable := 0
+// WaitSaved waits until the engine's store connector handled the blocks of r it computed
+// (blockTokens each): it looks every whole computed block up after the response (save_exists),
+// and puts those the store lacks (save_put), which a block another engine wrote, or one the
+// store kept, does not need. It returns how many it put.
+func (e Engine) WaitSaved(ctx context.Context, r Result, blockTokens int) (int, error) {
+	blocks := (r.PromptTokens - r.StoreTokens) / blockTokens
+	before := r.After.Written - float64(r.Written)
+	var checked float64
 	for {
-		c, err := e.Counters(ctx)
-		if err == nil {
-			if c.Written > since && c.Written == last.Written {
-				stable++
-			} else {
-				stable = 0
-			}
-			last = c
-			if stable >= 2 {
-				return c, nil
-			}
+		var err error
+		checked, err = e.storeOps(ctx, "save_exists")
+		if err == nil && checked-r.checked >= float64(blocks) {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return last, fmt.Errorf("the engine at %s wrote %g to the store (before: %g): %w", e.Base, last.Written, since, ctx.Err())
+			return 0, fmt.Errorf("the engine at %s looked up %g of the %d blocks it computed: %w", e.Base, checked-r.checked, blocks, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	// The puts follow their lookups: the count is final once it stops moving.
+	last := -1.0
+	for {
+		c, err := e.Counters(ctx)
+		if err == nil && c.Written == last {
+			return int(c.Written - before), nil
+		}
+		if err == nil {
+			last = c.Written
+		}
+		select {
+		case <-ctx.Done():
+			return int(last - before), ctx.Err()
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -1,4 +1,7 @@
-//go:build linux
+//go:build linux && realstore
+
+// Built with -tags realstore (make test does): the tests install the real store from PyPI through
+// hack/mooncake.sh, which make test-unit leaves out.
 
 // The Client against the REAL mooncake_master (and a real member) from PyPI's
 // mooncake-transfer-engine-non-cuda wheel, provided by hack/mooncake.sh. The wheel is Linux-only,

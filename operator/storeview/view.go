@@ -32,6 +32,14 @@ import (
 // interval of the controllers that read it.
 const DefaultMaxAge = 15 * time.Second
 
+// failedMaxAge is how long a failed read answers other readers: long enough that the Bindings
+// of a store that does not answer, reconciled together, ask it once, and short enough that a
+// store that just came up (its backend turning Ready wakes every reader) is read again at once
+// instead of being reported unreachable for a whole poll (measured on the playground: the pool
+// read "does not resolve" once before the leader Service's name existed, and Pods created
+// right after the backend was Ready were refused for the rest of the poll).
+const failedMaxAge = 2 * time.Second
+
 // Master is the master a reader asks: the backend it serves (its name labels the metrics, its
 // UID names the master with the admin endpoint) and the client of its admin API.
 type Master struct {
@@ -130,8 +138,15 @@ func (v *View) entry(m Master) *master {
 	return e
 }
 
-// fresh reports whether a read taken at at still answers readers.
-func (v *View) fresh(at time.Time) bool { return v.now().Sub(at) < v.maxAge() }
+// fresh reports whether a read taken at at still answers readers; a failed one only for
+// failedMaxAge.
+func (v *View) fresh(at time.Time, failed bool) bool {
+	age := v.maxAge()
+	if failed {
+		age = min(age, failedMaxAge)
+	}
+	return v.now().Sub(at) < age
+}
 
 // Ledger returns the master's tenant ledger as last read, reading it when no read is fresh.
 func (v *View) Ledger(ctx context.Context, m Master) Ledger {
@@ -150,7 +165,7 @@ func (v *View) Ledger(ctx context.Context, m Master) Ledger {
 func (v *View) cachedLedger(e *master) (Ledger, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if e.ledger == nil || !v.fresh(e.ledger.At) {
+	if e.ledger == nil || !v.fresh(e.ledger.At, e.ledger.Err != nil) {
 		return Ledger{}, false
 	}
 	return e.ledger.copy(), true
@@ -222,7 +237,7 @@ func (v *View) Figures(ctx context.Context, m Master) Figures {
 func (v *View) cachedFigures(e *master) (Figures, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if e.figures == nil || !v.fresh(e.figures.At) {
+	if e.figures == nil || !v.fresh(e.figures.At, e.figures.Err != nil) {
 		return Figures{}, false
 	}
 	return e.figures.copy(), true

@@ -134,7 +134,7 @@ func runTests(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "test/cluster: hack/images.sh load took %s\n", time.Since(t0).Round(100*time.Millisecond))
 
 	env.images = map[string]string{}
-	for _, image := range []string{"operator", "store", "engine"} {
+	for _, image := range []string{"operator", "store", "engine", "vllm"} {
 		out, err := script("hack/images.sh", "name", image)
 		if err != nil {
 			return failf("hack/images.sh name %s: %v\n%s", image, err, out)

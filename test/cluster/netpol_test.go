@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,13 +228,28 @@ func (w *walk) storeNetworkPolicy(t *testing.T) {
 	}
 	shell(outsider, "probe")
 	shell(bindingNS, "np-bound-shell")
+	// Every target at once: a refused connection takes its whole timeout to say so.
+	type reach struct{ in, out error }
+	results := map[string]reach{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for what, addr := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := reach{in: connect(ctx, bindingNS, "np-bound-shell", addr), out: connect(ctx, outsider, "probe", addr)}
+			mu.Lock()
+			results[what] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 	var table []string
 	for what, addr := range targets {
-		in := connect(ctx, bindingNS, "np-bound-shell", addr)
-		out := connect(ctx, outsider, "probe", addr)
-		assert.NoError(t, in, "a bound namespace's Pod reaches the %s (%s)", what, addr)
-		assert.Error(t, out, "a Pod of a namespace without a Binding is kept from the %s (%s)", what, addr)
-		table = append(table, fmt.Sprintf("%s: bound %s, unbound %s", what, verdict(in), verdict(out)))
+		r := results[what]
+		assert.NoError(t, r.in, "a bound namespace's Pod reaches the %s (%s)", what, addr)
+		assert.Error(t, r.out, "a Pod of a namespace without a Binding is kept from the %s (%s)", what, addr)
+		table = append(table, fmt.Sprintf("%s: bound %s, unbound %s", what, verdict(r.in), verdict(r.out)))
 	}
 	slices.Sort(table)
 

@@ -17,14 +17,17 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 )
 
-const playgroundEngine = "playground-engine" // test/cluster/walkthrough/engine-pod.yaml
+// The playground's engines (test/cluster/walkthrough/vllm-engines.yaml): real vLLMs, one per node.
+var playgroundEngines = []string{"vllm-a", "vllm-b"}
 
 // TestPlayground runs `make playground`'s steps (hack/playground.sh up) twice in a row on the
 // suite's cluster, as a newcomer does: the first installs the chart, applies the walkthrough and
-// creates the engine Pod; the second upgrades the release, re-applies the walkthrough and
-// replaces the engine Pod (a bare Pod cannot be updated in place). Each run must end with the
-// engine Pod injected, Ready, and its first round a put and a get through the store. It removes
-// what it made, so TestWalkthrough starts from nothing.
+// creates two real vLLM engines in team-a, one per node, injected by the webhook; the second
+// upgrades the release, re-applies the walkthrough and keeps the engines, which are still what
+// the file and injection make of them. Each run ends with a new prompt sent to the first engine
+// and then to the second, which must load at least 90% of its tokens from the store (its own
+// counters, printed), faster than a prompt of the same length it computes. It removes what it
+// made, so TestWalkthrough starts from nothing.
 func TestPlayground(t *testing.T) {
 	ctx := context.Background()
 	if out, err := cli(ctx, nil, env.helm, "status", release, "-n", releaseNS); err == nil {
@@ -37,7 +40,7 @@ func TestPlayground(t *testing.T) {
 	}
 	t.Cleanup(func() { removePlayground(t, existed) })
 
-	var uids []types.UID
+	uids := map[string]types.UID{}
 	for run := 1; run <= 2; run++ {
 		t0 := time.Now()
 		out, err := script("hack/playground.sh", "up")
@@ -46,26 +49,63 @@ func TestPlayground(t *testing.T) {
 		assert.Contains(t, out, "The playground runs.", "run %d", run)
 		if run > 1 {
 			assert.Contains(t, out, `Release "kvcache" has been upgraded`, "run %d upgrades the release", run)
-			assert.Contains(t, out, "replacing the engine Pod", "run %d replaces the engine Pod", run)
+			for _, e := range playgroundEngines {
+				assert.Contains(t, out, "keeping engine "+e+" (current)", "run %d keeps the engines (a real engine takes a minute to start)", run)
+			}
 		}
-
-		p, err := env.client.CoreV1().Pods(bindingNS).Get(ctx, playgroundEngine, metav1.GetOptions{})
-		require.NoError(t, err)
-		require.Nil(t, p.DeletionTimestamp, "run %d: the engine Pod is not going", run)
-		require.True(t, podCondition(p, corev1.PodReady), "run %d: the engine Pod Ready:\n%s", run, describePod(ctx, p))
-		rec, ok := injection.RecordOf(p)
-		require.True(t, ok, "run %d: the engine Pod carries the injection record: %v", run, p.Annotations)
-		assert.Equal(t, bindingName, rec.Binding)
-		assert.Equal(t, "vllm", rec.Engine)
-		line := firstJSONLine(t, bindingNS, playgroundEngine, "server")
-		assert.Equal(t, true, line["ok"], "run %d: %v", run, line)
-		assert.Equal(t, true, line["get_equal"], "run %d read back what it put", run)
-		assert.Equal(t, "default", line["tenant"], "run %d writes under the Binding's tenant", run)
-		assert.Contains(t, out, `"round": 1,`, "run %d prints the engine's first round", run)
-		uids = append(uids, p.UID)
+		for _, name := range playgroundEngines {
+			p, err := env.client.CoreV1().Pods(bindingNS).Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err)
+			require.Nil(t, p.DeletionTimestamp, "run %d: engine %s is not going", run, name)
+			require.True(t, podCondition(p, corev1.PodReady), "run %d: engine %s Ready:\n%s", run, name, describePod(ctx, p))
+			rec, ok := injection.RecordOf(p)
+			require.True(t, ok, "run %d: engine %s carries the injection record: %v", run, name, p.Annotations)
+			assert.Equal(t, bindingName, rec.Binding)
+			assert.Equal(t, "vllm", rec.Engine)
+			assert.Equal(t, "default", rec.Domain, "run %d: the walkthrough Binding's domain is the tenant", run)
+			if run == 1 {
+				uids[name] = p.UID
+			} else {
+				assert.Equal(t, uids[name], p.UID, "run %d kept engine %s", run, name)
+			}
+		}
+		second := playgroundFigures(t, out, "vllm-b (node-1), the same prompt:")
+		alone := playgroundFigures(t, out, "vllm-b (node-1), a new prompt of the same length:")
+		first := playgroundFigures(t, out, "vllm-a (node-0), a prompt the store has not seen:")
+		assert.Zero(t, first.store, "run %d: the first engine's prompt is new to the store", run)
+		assert.Zero(t, alone.store, "run %d: a new prompt gets nothing from the store", run)
+		assert.GreaterOrEqual(t, float64(second.store), 0.9*float64(second.prompt), "run %d: the second engine loaded at least 90%% of the prompt from the store:\n%s", run, out)
+		record(t, "make playground run %d: the second engine took %d of %d prompt tokens from the store, first token after %s (the same length without the store: %s; the first engine, computing: %s)",
+			run, second.store, second.prompt, second.ttft, alone.ttft, first.ttft)
 	}
-	assert.NotEqual(t, uids[0], uids[1], "the second run replaced the engine Pod")
+	mib, procs := clusterMemory(t)
+	record(t, "make playground with both engines serving: %.0f MiB resident in %d processes of the cluster (engines included)", mib, procs)
 	assert.Contains(t, helm(t, "status", release, "-n", releaseNS), "REVISION: 2", "the second run upgraded the release")
+}
+
+// promptLine is one line of hack/prompt's output.
+type promptLine struct {
+	prompt, store int
+	ttft          string
+}
+
+// playgroundFigures reads the line of hack/prompt's output that starts with prefix:
+// "<prefix> N prompt tokens, M from the store (P%), first token after D".
+func playgroundFigures(t *testing.T, out, prefix string) promptLine {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		var l promptLine
+		var share string
+		_, err := fmt.Sscanf(strings.TrimSpace(rest), "%d prompt tokens, %d from the store %s first token after %s", &l.prompt, &l.store, &share, &l.ttft)
+		require.NoError(t, err, "hack/prompt's line %q", line)
+		return l
+	}
+	require.FailNow(t, "no line of hack/prompt", "no line starting %q in:\n%s", prefix, out)
+	return promptLine{}
 }
 
 // removePlayground deletes what the playground made, while the operator still runs to release
@@ -74,8 +114,10 @@ func TestPlayground(t *testing.T) {
 func removePlayground(t *testing.T, existed map[string]bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, err := cli(ctx, nil, env.kubectl, "delete", "-f", "test/cluster/walkthrough/engine-pod.yaml", "--ignore-not-found", "--wait=true"); err != nil {
-		t.Errorf("cleanup: kubectl delete the engine Pod: %v\n%s", err, out)
+	for _, name := range playgroundEngines {
+		if out, err := cli(ctx, nil, env.kubectl, "-n", bindingNS, "delete", "pod", name, "--ignore-not-found", "--wait=true", "--grace-period=5"); err != nil {
+			t.Errorf("cleanup: kubectl delete the engine %s: %v\n%s", name, err, out)
+		}
 	}
 	if out, err := cli(ctx, walkthrough(t), env.kubectl, "delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
 		t.Errorf("cleanup: kubectl delete -f the walkthrough: %v\n%s", err, out)

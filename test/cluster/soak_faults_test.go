@@ -51,7 +51,9 @@ func (s *soak) faults() []fault {
 
 // schedule runs every fault kind once in turn (even past the deadline: make test's short run
 // sees each kind), then, while time remains, overlapping pairs and single faults in turn, with
-// a quiet minute's part between them in which nothing may fail.
+// a quiet stretch between them in which nothing may fail: 20 s in a run of 20 minutes or more,
+// 10 s in make test's short one (the stand-ins write every second, so a failure outside a
+// fault still shows ten times over).
 func (s *soak) schedule(deadline time.Time) {
 	all := s.faults()
 	byKind := map[string]fault{}
@@ -67,6 +69,9 @@ func (s *soak) schedule(deadline time.Time) {
 	}
 	runs := map[string]int{}
 	quiet := 20 * time.Second
+	if s.cfg.duration < 20*time.Minute {
+		quiet = 10 * time.Second
+	}
 	for _, f := range all {
 		s.runFaults(runs, f)
 		if !s.sleep(quiet) {

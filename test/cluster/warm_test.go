@@ -40,8 +40,6 @@ const (
 	// warmLeaders is the leader replicas of test/cluster/warm/store.yaml: the serving master
 	// and two standbys.
 	warmLeaders = 3
-	// warmRuns is how many times each kind of failover is measured.
-	warmRuns = 3
 	// The probe's put rounds: often, to time the first good put after a failover closely, and
 	// small, so the objects they leave stay far below the store's capacity for the whole test
 	// (nothing the probe cares about is ever evicted).
@@ -78,6 +76,7 @@ func TestWarmFailover(t *testing.T) {
 	ww.step(t, "helm install --wait with the default values", ww.install)
 	ww.step(t, "an etcd, then the warm store: Ready with both members' capacity, one master serving and two standing by", ww.apply)
 	ww.step(t, "an engine injected with the warm store's address puts its probe objects", ww.startProbe)
+	ww.measureWarm(t, "a real engine's prompt survives a killed master: loaded back from the store the standby kept", ww.realEngine)
 	// Each measurement's failure is reported, and the teardown still runs and is checked.
 	ww.measureWarm(t, "warm failover: the serving leader Pod deleted, its master killed; every object kept", ww.failover)
 	ww.measureWarm(t, "warm failover with a member Pod deleted at the same time: nothing wrong, the other member's objects kept", ww.memberDuringFailover)
@@ -274,7 +273,7 @@ func (ww *warmWalk) failover(t *testing.T) {
 			how = "leader killed (SIGKILL through the node's containerd)"
 		}
 		var a, b, c stats
-		for i := 1; i <= warmRuns; i++ {
+		for i := 1; i <= failoverRuns; i++ {
 			r := ww.failoverRun(t, crash, nil)
 			assertWarm(t, r)
 			// A client that dialled the gone Pod's address would wait out its 30 s connect

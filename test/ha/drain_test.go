@@ -34,6 +34,7 @@ import (
 // may drain during a failover is set up (with the rendered 5m, the default drainTimeout of
 // 300 s would end first).
 func TestWarmDrainThroughFailover(t *testing.T) {
+	t.Parallel() // a store of its own per case
 	bin := mooncaketest.Bin(t, "python")
 	etcdBin := etcdBinary(t)
 	// 48 MiB: the other member's 64 MiB segment takes them all below the eviction watermark.
@@ -41,6 +42,7 @@ func TestWarmDrainThroughFailover(t *testing.T) {
 	for _, graceful := range []bool{false, true} {
 		how := map[bool]string{false: "killed", true: "stopped (SIGTERM)"}[graceful]
 		t.Run("the serving master "+how+" while a member drains", func(t *testing.T) {
+			t.Parallel()
 			w := startWarm(t, bin, etcdBin, warmOptions{service: true, args: renderedWarmFlags(t, "-default_kv_lease_ttl=15s"), segment: 256 << 20})
 			w.startMember("127.0.0.3")
 			keys := mooncaketest.Keys("drained", n)

@@ -55,6 +55,7 @@ const (
 // A's, read back. Two more orders, through member-run: a restart with no failover, then a
 // failover; and a restart while no master serves (member-run waits for one).
 func TestFreshMemberNames(t *testing.T) {
+	t.Parallel() // its stores are its own
 	e := freshPrerequisites(t)
 
 	t.Run("restarted across a failover: under the old name (control) and through member-run", func(t *testing.T) {

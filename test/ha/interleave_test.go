@@ -31,6 +31,7 @@ const warmTrials = 5
 // object must be kept. Each case logs kept / N, wrong reads and the failover time, per trial and
 // as medians.
 func TestWarmInterleavings(t *testing.T) {
+	t.Parallel() // each case runs a store of its own (etcd, masters, members, client on their own ports)
 	bin := mooncaketest.Bin(t, "python")
 	etcdBin := etcdBinary(t)
 	const n, size = 40, 64 << 10
@@ -99,6 +100,7 @@ func TestWarmInterleavings(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a failover's floor is the etcd lease and the master's warm-up, not CPU
 			w := startWarm(t, bin, etcdBin, warmOptions{service: true, args: renderedWarmFlags(t)})
 			w.startMember("127.0.0.3")
 			var kept, wrong []int

@@ -41,6 +41,7 @@ import (
 // puts, then removes, one object is enough, with no fault but the failover itself). Should a new
 // store release change these outcomes, this test fails and the decision is to be made again.
 func TestStockWarmFailover(t *testing.T) {
+	t.Parallel() // its stores are its own; its subtests run in order
 	bin := mooncaketest.Bin(t, "python")
 	etcdBin := etcdBinary(t)
 
