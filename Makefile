@@ -83,18 +83,24 @@ test-unit:
 
 ## test: the whole suite: unit, snapshots, envtest against a real kube-apiserver, real store,
 ## and the real cluster (test/cluster starts and stops its own unless one is up)
-# The suites under test/ run one at a time: they measure failovers and drains and count writes
-# in steady state, and on a 2-core machine two of them at once starve each other's timings.
-# Within test/ha, the warm stores' tests run three at a time (-parallel 3): each store is its
-# own (etcd, masters, members on their own ports) and a failover's floor is its timers, not CPU
-# (measured: 9m31s against 17m40s one at a time, every figure within its goal).
+# Two streams at once: test/cluster (one cluster for all its tests), and everything else one
+# suite at a time (the tagged tests of the packages outside test/, the envtest and real-store
+# suites, test/ha, the race run). The cluster suite's figures are timers and watches more than
+# CPU, and the other stream never runs two suites at once; within test/ha, the warm stores' tests
+# run three at a time (-parallel 3): each store is its own (etcd, masters, members on their own
+# ports) and a failover's floor is its timers (measured: 9m31s against 17m40s one at a time).
 # test/cluster takes over go test's default 10 minutes; a binary stopped by that timeout never
 # runs its cleanup (the cluster would stay up), so the bound is set well above the suite.
 test: tools images
-	export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)" KVCACHE_HELM="$$($(TOOLS) path helm)"; \
-	go test -tags $(TEST_TAGS) $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/test/') && \
-	go test -p 1 -parallel 3 -timeout 45m $(GO_TEST_FLAGS) ./test/... && \
-	go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
+	@export KUBEBUILDER_ASSETS="$$($(TOOLS) assets)" KVCACHE_HELM="$$($(TOOLS) path helm)"; \
+	t0=$$(date +%s); status=0; \
+	go test -p 1 -timeout 60m $(GO_TEST_FLAGS) ./test/cluster/ & cluster=$$!; \
+	{ go test -tags $(TEST_TAGS) $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/test/') && \
+	  go test -p 1 -parallel 3 -timeout 45m $(GO_TEST_FLAGS) $$(go list ./test/... | grep -v '/test/cluster$$') && \
+	  go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES); } || status=1; \
+	echo "make test: everything but test/cluster done after $$(( $$(date +%s) - t0 ))s"; \
+	wait $$cluster || status=1; \
+	echo "make test: done after $$(( $$(date +%s) - t0 ))s"; exit $$status
 
 ## soak: test/cluster's TestSoak alone for SOAK_DURATION (default 60m; make test runs it for 5m):
 ## the walkthrough's store under Pod, ModelDeployment and Binding churn while leaders, masters,

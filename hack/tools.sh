@@ -167,9 +167,6 @@ go_install() ( # go_install TOOL MODULE_PATH@VERSION
 
 build() {
   case "$1" in
-    kube-apiserver|kubectl) build_k8s kube-apiserver kubectl ;;
-    kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
-      build_k8s kube-controller-manager kube-scheduler kubelet kube-proxy ;;
     coredns) build_coredns ;;
     netpol) build_netpol ;;
     crictl) go_install crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION" ;;
@@ -186,16 +183,23 @@ build() {
 ensure() {
   exec 9>"$TOOLS_DIR/.lock"
   flock 9
-  local pids=() names=() t seen_k8s="" seen_node=""
+  local pids=() names=() t seen_k8s="" seen_node="" k8s=()
   for t in "$@"; do
     [ -x "$(tool_path "$t")" ] && continue
     case "$t" in
-      kube-apiserver|kubectl) [ -n "$seen_k8s" ] && continue; seen_k8s=1 ;;
-      kube-controller-manager|kube-scheduler|kubelet|kube-proxy) [ -n "$seen_node" ] && continue; seen_node=1 ;;
+      kube-apiserver|kubectl) [ -n "$seen_k8s" ] && continue; seen_k8s=1; k8s+=(kube-apiserver kubectl); continue ;;
+      kube-controller-manager|kube-scheduler|kubelet|kube-proxy)
+        [ -n "$seen_node" ] && continue; seen_node=1; k8s+=(kube-controller-manager kube-scheduler kubelet kube-proxy); continue ;;
     esac
     log "building $t (cached afterwards under $TOOLS_DIR)"
     build "$t" & pids+=($!); names+=("$t")
   done
+  # Every Kubernetes binary missing in one go build: they share most of their packages, which
+  # two builds at once would each compile.
+  if [ ${#k8s[@]} -gt 0 ]; then
+    log "building ${k8s[*]} (cached afterwards under $TOOLS_DIR)"
+    build_k8s "${k8s[@]}" & pids+=($!); names+=("${k8s[*]}")
+  fi
   local i failed=0
   for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || { log "building ${names[$i]} failed"; failed=1; }
