@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // Defaults of a Config.
@@ -205,8 +205,8 @@ func (d *drainer) once(ctx context.Context) Outcome {
 		if err != nil {
 			return d.stopped(ctx, o, err)
 		}
-		own, others := ownSegments(segs, d.PodIP, d.Ports)
-		o.Segments = names(own)
+		own, others := store.MemberSegments(segs, d.PodIP, d.Ports)
+		o.Segments = store.SegmentNames(own)
 		if len(own) == 0 && remounts("none of this member's segments") {
 			attempt--
 			continue
@@ -251,7 +251,7 @@ func (d *drainer) once(ctx context.Context) Outcome {
 				targets = append(targets, s)
 			}
 		}
-		o.Segments, o.Targets = names(ok), names(targets)
+		o.Segments, o.Targets = store.SegmentNames(ok), store.SegmentNames(targets)
 		o.BytesAtStart, o.FreeOnTargets = 0, 0
 		for _, s := range ok {
 			o.BytesAtStart += s.UsedBytes // read before the drain: it reads 0 once DRAINING

@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // lines collects the drain's JSON lines.
@@ -74,10 +74,10 @@ func TestListeningPortsHoldTheEndpoint(t *testing.T) {
 	segs, err := store.New(m.Admin).Segments(context.Background())
 	require.NoError(t, err)
 	require.Len(t, segs, 1)
-	_, te, ok := splitSegmentName(segs[0].TEEndpoint)
+	_, te, ok := store.SplitSegmentName(segs[0].TEEndpoint)
 	require.True(t, ok, segs[0].TEEndpoint)
 	assert.True(t, ports[te], "te_endpoint %s, member A listens on %v", segs[0].TEEndpoint, ports)
-	_, named, _ := splitSegmentName(segA)
+	_, named, _ := store.SplitSegmentName(segA)
 	assert.False(t, ports[named], "the port in the name %s is not listened on", segA)
 }
 

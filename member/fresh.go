@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // The store's own range for the port it appends to a hostname without one
@@ -196,8 +196,8 @@ func knownNames(ctx context.Context, m MasterReader, ip net.IP) (live, dead []st
 }
 
 func ofHost(name string, ip net.IP) bool {
-	host, _, ok := splitSegmentName(name)
-	return ok && sameHost(host, ip.String())
+	host, _, ok := store.SplitSegmentName(name)
+	return ok && store.SameHost(host, ip.String())
 }
 
 // pick draws a port of the range that no known name of the host has.
@@ -205,7 +205,7 @@ func pick(c FreshConfig, ip net.IP, live, dead []string) (Fresh, error) {
 	f := Fresh{Live: live, Dead: dead}
 	taken := map[int]bool{}
 	for _, n := range append(slices.Clone(live), dead...) {
-		if _, p, ok := splitSegmentName(n); ok {
+		if _, p, ok := store.SplitSegmentName(n); ok {
 			taken[p] = true
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // Describe says what went wrong with a store read in words that stay the same while the cause

@@ -9,7 +9,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/internal/promutil"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // Metrics are the operator's own series (controller-runtime already counts reconcile errors

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcache-operator/kvcache/member"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 

@@ -43,8 +43,8 @@ import (
 	"github.com/kvcache-operator/kvcache/operator/binding"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/pool"
-	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
+	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/vocab"
 	"github.com/kvcache-operator/kvcache/webhook"
 )

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // A loss is told from two reads of the master's figures: a new master lost everything the old

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
@@ -159,7 +159,7 @@ func (r *Reconciler) drainOrDelete(ctx context.Context, s *state, admin store.Ad
 // startDrain asks the master to move a member's objects to the others and records the job.
 func (r *Reconciler) startDrain(ctx context.Context, s *state, admin store.Admin, p *corev1.Pod, segs []store.Segment, reason string) error {
 	b := s.backend
-	names := segmentNames(segs)
+	names := store.SegmentNames(segs)
 	job, err := admin.CreateDrain(ctx, names, nil, drainConcurrency)
 	switch {
 	case store.HasCode(err, store.CodeSegmentNotFound):
@@ -278,7 +278,7 @@ func (r *Reconciler) restartDrain(ctx context.Context, s *state, admin store.Adm
 	if len(segs) == 0 {
 		return false
 	}
-	names := segmentNames(segs)
+	names := store.SegmentNames(segs)
 	job, err := admin.CreateDrain(ctx, names, nil, drainConcurrency)
 	if err != nil {
 		r.Metrics.ScrapeFailed(b.Name, "drain", err)
@@ -311,14 +311,6 @@ func drainTimeout(b *kvv1.KVCacheBackend, p *corev1.Pod) time.Duration {
 	return m.Members[i].DrainTimeoutOrDefault()
 }
 
-func segmentNames(segs []store.Segment) []string {
-	names := make([]string, len(segs))
-	for i, seg := range segs {
-		names[i] = seg.Name
-	}
-	return names
-}
-
 func memberGroup(p *corev1.Pod) string { return p.Labels[vocab.LabelComponent] }
 
 func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
@@ -339,19 +331,11 @@ func drainOf(b *kvv1.KVCacheBackend, pod string) *kvv1.MemberDrain {
 	return nil
 }
 
-// segmentsOf are the segments a member Pod mounted: named after its IP (MOONCAKE_LOCAL_HOSTNAME
-// is the Pod IP).
+// segmentsOf are the segments a member Pod mounted (store.MemberSegments: named after its IP,
+// which MOONCAKE_LOCAL_HOSTNAME is).
 func segmentsOf(segments []store.Segment, p *corev1.Pod) []store.Segment {
-	if p.Status.PodIP == "" {
-		return nil
-	}
-	var out []store.Segment
-	for _, seg := range segments {
-		if i := strings.LastIndex(seg.Name, ":"); i > 0 && seg.Name[:i] == p.Status.PodIP {
-			out = append(out, seg)
-		}
-	}
-	return out
+	own, _ := store.MemberSegments(segments, p.Status.PodIP, nil)
+	return own
 }
 
 func allDrained(segs []store.Segment) bool {

@@ -15,7 +15,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/operator"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // Each setX computes one condition from what a reconcile observed; they are pure functions of
@@ -259,18 +259,14 @@ func setMembers(b *kvv1.KVCacheBackend, pods []corev1.Pod, segments []store.Segm
 	byIP := map[string]*corev1.Pod{}
 	for i := range pods {
 		if ip := pods[i].Status.PodIP; ip != "" && pods[i].DeletionTimestamp.IsZero() {
-			byIP[ip] = &pods[i]
+			byIP[store.HostKey(ip)] = &pods[i]
 		}
 	}
 	b.Status.Members = nil
 	mounted := map[string]bool{}
 	for _, seg := range segments {
 		m := kvv1.MemberStatus{Segment: seg.Name, Protocol: seg.Protocol, Status: seg.Status, Capacity: resource.NewQuantity(seg.SizeBytes, resource.BinarySI)}
-		host := seg.Name
-		if i := strings.LastIndex(host, ":"); i >= 0 {
-			host = host[:i]
-		}
-		if p, ok := byIP[host]; ok {
+		if p, ok := byIP[store.HostKey(store.SegmentHost(seg))]; ok {
 			m.Pod, m.Node = p.Name, p.Spec.NodeName
 			mounted[p.Name] = true
 		}

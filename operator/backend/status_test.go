@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 func managedBackend() *kvv1.KVCacheBackend {
@@ -193,6 +193,19 @@ func TestMembersAreJoinedToPodsByAddress(t *testing.T) {
 	assert.Equal(t, "NoMemberPods", cond(b, kvv1.ConditionMembersMounted).Reason)
 	setMembers(b, pods, nil, store.ErrNotSupported, "gpustack-system")
 	assert.Equal(t, metav1.ConditionUnknown, cond(b, kvv1.ConditionMembersMounted).Status, "a master before 0.3.12 lists no segments: unknown, not an error")
+}
+
+// An IPv6 member registers its segment under the master's spelling of its address, which need
+// not be the Pod's: the two are one member, in status and in a drain.
+func TestAnIPv6MemberIsJoinedWhateverTheSpelling(t *testing.T) {
+	b := managedBackend()
+	pods := []corev1.Pod{pod("m-a", "fd00:0:0::7"), pod("m-b", "fd00::70")}
+	segs := []store.Segment{{Name: "fd00::7:15001", SizeBytes: 1 << 30}, {Name: "[fd00::70]:15002", SizeBytes: 1 << 30}}
+	assert.Empty(t, setMembers(b, pods, segs, nil, "gpustack-system"))
+	assert.Equal(t, "AllMounted", cond(b, kvv1.ConditionMembersMounted).Reason)
+	assert.Equal(t, "m-a", b.Status.Members[0].Pod)
+	assert.Equal(t, "m-b", b.Status.Members[1].Pod)
+	assert.Equal(t, []string{"fd00::7:15001"}, store.SegmentNames(segmentsOf(segs, &pods[0])), "the segments a drain of m-a moves")
 }
 
 func TestPhase(t *testing.T) {

@@ -37,8 +37,8 @@ import (
 	"github.com/kvcache-operator/kvcache/injection"
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
-	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // DefaultPollInterval is how often a Binding's tenant is read when nothing else happens.

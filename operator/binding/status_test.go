@@ -18,7 +18,7 @@ import (
 	"github.com/kvcache-operator/kvcache/engines"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/enginestats"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 var now = time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)

@@ -39,8 +39,8 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
-	"github.com/kvcache-operator/kvcache/operator/store"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // DefaultPollInterval is how often a pool's ledger is read when nothing else happens.

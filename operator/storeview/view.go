@@ -25,7 +25,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/operator"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // DefaultMaxAge is how long a read answers other readers when View.MaxAge is zero: the poll

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // A cache entry has no owner but its tenant, and the Binding is the tenant's owner: when the

@@ -34,7 +34,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/manager"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 

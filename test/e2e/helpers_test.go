@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Admin API of the real master, read directly (not through operator/store), so that what the
+// Admin API of the real master, read directly (not through store/), so that what the
 // operator reports is checked against what the store itself says.
 
 type adminAPI struct{ base string }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 	"github.com/kvcache-operator/kvcache/member"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
 
 // TestWarmDrainThroughFailover stops a member (its preStop drain, kvcache drain-member, as the

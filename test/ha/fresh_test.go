@@ -27,7 +27,7 @@ import (
 
 	"github.com/kvcache-operator/kvcache/internal/mooncaketest"
 	"github.com/kvcache-operator/kvcache/member"
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 

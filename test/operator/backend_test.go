@@ -22,7 +22,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 // The walkthrough's Step 1: the children exist with owner references, and once the leader

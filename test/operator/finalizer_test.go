@@ -19,9 +19,9 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	bindingctrl "github.com/kvcache-operator/kvcache/operator/binding"
 	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
-	"github.com/kvcache-operator/kvcache/operator/store"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
+	"github.com/kvcache-operator/kvcache/store"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 // Deleting a pool removes its tenants from the master's ledger before the pool goes (they would

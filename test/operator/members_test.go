@@ -13,7 +13,7 @@ import (
 	"github.com/kvcache-operator/kvcache/check"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/injection"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 // A member that runs but never registers its segment: the backend reports it, and `kvcache

@@ -16,7 +16,7 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 // admitted reads a backend's NetworkPolicy as stored: whether it exists, and the namespaces its

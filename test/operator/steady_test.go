@@ -24,8 +24,8 @@ import (
 	"github.com/kvcache-operator/kvcache/operator/backend"
 	bindingctrl "github.com/kvcache-operator/kvcache/operator/binding"
 	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
-	"github.com/kvcache-operator/kvcache/operator/store"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 // countingClient records every write a reconcile makes through it.

@@ -1,5 +1,5 @@
 // Package operator_test runs the controllers against a real kube-apiserver and etcd, with a
-// fake Mooncake master (operator/store/storetest) in place of each store's admin API. There is
+// fake Mooncake master (store/storetest) in place of each store's admin API. There is
 // no kubelet or controller-manager here: the tests create the Pods a DaemonSet would and set
 // Deployment and Pod status as those components would, and say so where they do.
 package operator_test
@@ -22,7 +22,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/internal/manager"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 const systemNamespace = "gpustack-system"

@@ -20,8 +20,8 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/testenv"
 	"github.com/kvcache-operator/kvcache/operator/backend"
-	"github.com/kvcache-operator/kvcache/operator/store"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 // An operator upgrade (the same backend reconciled by an operator shipping another launcher

@@ -10,74 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
+	"github.com/kvcache-operator/kvcache/store"
 )
-
-func TestSplitSegmentName(t *testing.T) {
-	cases := []struct {
-		name, host string
-		port       int
-		ok         bool
-	}{
-		{"10.0.0.7:13001", "10.0.0.7", 13001, true},
-		{"fd00::7:13001", "fd00::7", 13001, true},
-		{"[fd00::7]:13001", "fd00::7", 13001, true},
-		{"node-1.example:12300", "node-1.example", 12300, true},
-		{"10.0.0.7", "", 0, false},
-		{"10.0.0.7:", "", 0, false},
-		{"10.0.0.7:x", "", 0, false},
-		{"10.0.0.7:70000", "", 0, false},
-		{":13001", "", 0, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			host, port, ok := splitSegmentName(tc.name)
-			assert.Equal(t, tc.ok, ok)
-			if tc.ok {
-				assert.Equal(t, tc.host, host)
-				assert.Equal(t, tc.port, port)
-			}
-		})
-	}
-}
-
-func TestOwnSegments(t *testing.T) {
-	segs := []store.Segment{
-		{Name: "10.0.0.7:13001", TEEndpoint: "10.0.0.7:15001"}, {Name: "10.0.0.70:13001", TEEndpoint: "10.0.0.70:15002"},
-		{Name: "10.0.0.7:14002", TEEndpoint: "10.0.0.7:16002"}, {Name: "10.0.0.8:13001", TEEndpoint: "10.0.0.8:15001"},
-		{Name: "fd00::7:12999", TEEndpoint: "fd00::7:15999"}, {Name: "garbage"},
-	}
-	cases := []struct {
-		name        string
-		podIP       string
-		ports       map[int]bool
-		own, others []string
-	}{
-		{"the Pod's IP, every port", "10.0.0.7", nil,
-			[]string{"10.0.0.7:13001", "10.0.0.7:14002"},
-			[]string{"10.0.0.70:13001", "10.0.0.8:13001", "fd00::7:12999", "garbage"}},
-		{"a shared IP told apart by the member's ports (te_endpoint's)", "10.0.0.7", map[int]bool{16002: true, 13001: true, 40000: true},
-			[]string{"10.0.0.7:14002"},
-			[]string{"10.0.0.7:13001", "10.0.0.70:13001", "10.0.0.8:13001", "fd00::7:12999", "garbage"}},
-		{"an IPv6 Pod IP in another spelling", "fd00:0::7", nil,
-			[]string{"fd00::7:12999"},
-			[]string{"10.0.0.7:13001", "10.0.0.70:13001", "10.0.0.7:14002", "10.0.0.8:13001", "garbage"}},
-		{"no segment of this Pod", "10.0.0.9", nil,
-			nil,
-			[]string{"10.0.0.7:13001", "10.0.0.70:13001", "10.0.0.7:14002", "10.0.0.8:13001", "fd00::7:12999", "garbage"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			own, others := ownSegments(segs, tc.podIP, tc.ports)
-			if tc.own == nil {
-				assert.Empty(t, own)
-			} else {
-				assert.Equal(t, tc.own, names(own))
-			}
-			assert.Equal(t, tc.others, names(others))
-		})
-	}
-}
 
 // How a finished job reads: SUCCEEDED is a drain only when no unit failed.
 func TestClassify(t *testing.T) {

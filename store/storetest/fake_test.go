@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvcache-operator/kvcache/operator/store"
-	"github.com/kvcache-operator/kvcache/operator/store/storetest"
+	"github.com/kvcache-operator/kvcache/store"
+	"github.com/kvcache-operator/kvcache/store/storetest"
 )
 
 const (
@@ -29,7 +29,7 @@ func newFake(t *testing.T, opts storetest.FakeOptions) (*storetest.Fake, *store.
 }
 
 // Figures measured on mooncake_master 0.3.13.post1 (hack/MOONCAKE_NOTES.md §3 and
-// operator/store/realstore_test.go).
+// store/realstore_test.go).
 func TestEffectiveQuotas(t *testing.T) {
 	cases := []struct {
 		name      string

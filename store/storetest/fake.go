@@ -5,7 +5,7 @@
 // Fake emulates the behaviour measured on mooncake_master 0.3.13.post1 and written down in
 // hack/MOONCAKE_NOTES.md (§3 the admin API and its envelope, status and error codes; §2 the
 // tenant policy file the master persists and rebuilds from; §6 restarts), refined where
-// operator/store/realstore_test.go checked the real binary: the effective quota is the requested
+// store/realstore_test.go checked the real binary: the effective quota is the requested
 // quota when the requests fit the mounted capacity, otherwise a largest-remainder split of the
 // capacity in proportion to the requests (each share floored, the bytes left over handed out one
 // by one in decreasing order of the dropped fractions, ties by tenant_id), so the effective

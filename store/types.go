@@ -1,8 +1,12 @@
-// Package store is the operator's client of a Mooncake master's admin HTTP API (the Admin
+// Package store is the one client of a Mooncake master's admin HTTP API (the Admin
 // endpoint, port 9003 on a managed store): health, Prometheus metrics, the segment listing and
 // each segment's drain status, the tenant quota ledger, removing one tenant's objects, and drain
 // jobs that move a segment's objects to the others. Every call has a timeout, follows no
 // redirects and reads a bounded body; errors carry the store's error code when it gave one.
+//
+// It is a leaf: the operator, the binaries inside store Pods (member/) and the CLI import it, and
+// it imports nothing of this module, so a store Pod's binary carries no controller. It also
+// answers, once, which segments belong to a member (segments.go).
 //
 // The shapes here were measured on mooncake_master 0.3.13.post1 (hack/MOONCAKE_NOTES.md).
 package store
