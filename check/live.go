@@ -392,7 +392,7 @@ func (l *live) backends(ctx context.Context) error {
 		if err := l.isolation(ctx, object, b); err != nil {
 			return err
 		}
-		if m.Leader.Electing() {
+		if m.Leader.LeaseElection() {
 			l.lease(ctx, "backend.lease", generator.LeaderName(b.Name), "the store of KVCacheBackend "+b.Name,
 				fmt.Sprintf("kubectl -n %s get pods -l app.kubernetes.io/instance=%s,app.kubernetes.io/component=leader; a leader Pod runs kvcache elect, whose log says why it does not lead.", l.o.SystemNamespace, b.Name))
 		}

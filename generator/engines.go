@@ -79,7 +79,7 @@ func (r *Renderer) RenderFragment(in FragmentInput) (*engines.Fragment, error) {
 }
 
 func (r *Renderer) renderFragment(e engines.Engine, v fragmentValues) (*engines.Fragment, error) {
-	out, err := r.engine.Execute(v.Template, v)
+	out, err := r.templates.Execute(v.Template, v)
 	if err != nil {
 		return nil, fmt.Errorf("render %s fragment: %w", e.Name, err)
 	}

@@ -104,9 +104,9 @@ func storeSpecHashes(in StoreInput) (map[string]string, error) {
 			Common    any
 			Transport kvv1.Transport
 			Group     kvv1.MemberGroup
-			Electing  bool
+			Electing  bool // LeaseElection, under the name the first hashes were stamped with
 			Warm      bool `json:",omitempty"`
-		}{common, b.Spec.Transport, m.Members[i], m.Leader.Electing(), m.Leader.Warm()})
+		}{common, b.Spec.Transport, m.Members[i], m.Leader.LeaseElection(), m.Leader.Warm()})
 		if err != nil {
 			return nil, err
 		}

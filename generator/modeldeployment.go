@@ -124,7 +124,7 @@ func (r *Renderer) RenderModelDeployment(in ModelDeploymentInput) ([]Object, err
 		}
 		v.Roles = append(v.Roles, rv)
 	}
-	stream, err := r.engine.ExecuteDir("modeldeployment", v)
+	stream, err := r.templates.ExecuteDir("modeldeployment", v)
 	if err != nil {
 		return nil, fmt.Errorf("render ModelDeployment %s/%s: %w", md.Namespace, md.Name, err)
 	}

@@ -9,16 +9,16 @@ import (
 // Renderer renders API objects into the Kubernetes objects that realise them. Build one per
 // process with NewRenderer and share it.
 type Renderer struct {
-	engine   *Engine
-	decoder  decoder
-	defaults values.Defaults
+	templates *Templates
+	decoder   decoder
+	defaults  values.Defaults
 	// fragments caches rendered engine fragments; see RenderFragment.
 	fragments *fragmentCache
 }
 
 // NewRenderer parses the templates and the embedded defaults once.
 func NewRenderer() (*Renderer, error) {
-	e, err := NewEngine()
+	e, err := ParseTemplates()
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func NewRenderer() (*Renderer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Renderer{engine: e, decoder: newDecoder(s), defaults: d, fragments: &fragmentCache{}}, nil
+	return &Renderer{templates: e, decoder: newDecoder(s), defaults: d, fragments: &fragmentCache{}}, nil
 }
 
 // Defaults are the constants the renderer uses (ports, sizes).
@@ -55,7 +55,7 @@ type WebhookInput struct {
 // RenderWebhookConfigurations renders the Mutating- and ValidatingWebhookConfiguration from the
 // same partial the Helm chart installs.
 func (r *Renderer) RenderWebhookConfigurations(in WebhookInput) ([]Object, error) {
-	out, err := r.engine.Execute("webhooks/webhooks.yaml", in)
+	out, err := r.templates.Execute("webhooks/webhooks.yaml", in)
 	if err != nil {
 		return nil, fmt.Errorf("render webhook configurations: %w", err)
 	}

@@ -1,6 +1,7 @@
 package generator
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strconv"
@@ -93,7 +94,7 @@ type leaderValues struct {
 	// the Deployment controller replaces them first and stops at the serving leader, the one
 	// available Pod; the operator then hands over from it once, gracefully.
 	MaxUnavailable int32
-	Electing       bool
+	LeaseElection  bool
 	// Warm: every replica runs the master in its etcd HA mode with the operation log.
 	Warm           bool
 	ServiceAccount string
@@ -143,7 +144,20 @@ type fabricValues struct {
 }
 
 // LeaderName is the leader Deployment, Service, Lease and ServiceAccount name of a backend.
-func LeaderName(backend string) string { return backend + "-leader" }
+func LeaderName(backend string) string { return backend + vocab.LeaderSuffix }
+
+// launcherImage is the operator's image the store's Pods copy the project's binary from (the
+// election launcher, the members' drain): the one the operator runs as, else the chart's default.
+func launcherImage(in StoreInput, d values.Defaults) string {
+	return cmp.Or(in.OperatorImage, d.OperatorImage)
+}
+
+// BackendOfLeader is the backend whose leader objects are named name (ok false: not a leader's
+// name).
+func BackendOfLeader(name string) (backend string, ok bool) {
+	backend, ok = strings.CutSuffix(name, vocab.LeaderSuffix)
+	return backend, ok && backend != ""
+}
 
 // MemberAccountName is the ServiceAccount of a backend's members when electing.
 func MemberAccountName(backend string) string { return backend + "-member" }
@@ -195,7 +209,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		Replicas:       l.ReplicaCount(),
 		RollingUpdate:  l.ReplicaCount() > 1,
 		MaxUnavailable: l.ReplicaCount() - 1,
-		Electing:       l.Electing(),
+		LeaseElection:  l.LeaseElection(),
 		Warm:           l.Warm(),
 		MultiTenancy:   l.MultiTenancyEnabled(),
 	}
@@ -204,7 +218,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	}
 	leader.ServiceAccount, v.MemberAccount = "default", "default"
 	leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{vocab.MasterCommand}, 5, true
-	if leader.Electing {
+	if leader.LeaseElection {
 		leader.ServiceAccount = LeaderName(b.Name)
 		v.MemberAccount = MemberAccountName(b.Name)
 		v.StoreAPIAccess = true
@@ -232,11 +246,8 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		// kubelet stops the master at once as before.
 		leader.PreStop = []string{"sleep", strconv.Itoa(int(warmStopDelay / time.Second))}
 	}
-	if leader.Electing {
-		leader.LauncherImage = in.OperatorImage
-		if leader.LauncherImage == "" {
-			leader.LauncherImage = d.OperatorImage
-		}
+	if leader.LeaseElection {
+		leader.LauncherImage = launcherImage(in, d)
 		leader.LauncherDir = vocab.LauncherDir
 		leader.LauncherPath = vocab.LauncherDir + "/kvcache"
 		leader.Command, leader.ReadinessPeriodSeconds, leader.Liveness = []string{leader.LauncherPath}, 1, false
@@ -252,12 +263,8 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 	// With warm failover too: only the serving master listens on its RPC port and is Ready, and
 	// the store's etcd stays reachable from the masters alone (tenants' Pods never need it).
 	master, admin := ClientEndpoint(b.Name, ns, d), AdminEndpoint(b.Name, ns, d)
-	launcherImage := in.OperatorImage
-	if launcherImage == "" {
-		launcherImage = d.OperatorImage
-	}
 	for i, g := range m.Members {
-		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage}, in.BackendImageSetting, d)
+		mv, err := memberValuesFor(b, i, g, memberEndpoints{master: master, admin: admin, launcherImage: launcherImage(in, d)}, in.BackendImageSetting, d)
 		if err != nil {
 			return nil, err
 		}
@@ -474,7 +481,7 @@ func (r *Renderer) RenderStore(in StoreInput) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	stream, err := r.engine.ExecuteDir("store", v)
+	stream, err := r.templates.ExecuteDir("store", v)
 	if err != nil {
 		return nil, fmt.Errorf("render store of KVCacheBackend %s: %w", in.Backend.Name, err)
 	}

@@ -2,6 +2,7 @@ package objects
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -74,14 +75,14 @@ func NewFiles(set Set, o FileOptions) *Files {
 // given: the backend's Client endpoint, and QuotaLedgerAvailable True when the store keeps a
 // tenant ledger (managed with multi-tenancy, or external) or False/MultiTenancyDisabled.
 func DerivePoolStatus(p *kvv1.KVCachePool, b *kvv1.KVCacheBackend, systemNamespace string, d values.Defaults) {
-	cond := metav1.Condition{Type: kvv1.ConditionQuotaLedgerAvailable, Status: metav1.ConditionTrue, Reason: "LedgerObserved", Message: "derived from the backend's spec: the store keeps a tenant ledger"}
+	cond := metav1.Condition{Type: kvv1.ConditionQuotaLedgerAvailable, Status: metav1.ConditionTrue, Reason: kvv1.ReasonLedgerObserved, Message: "derived from the backend's spec: the store keeps a tenant ledger"}
 	if m := b.Spec.Connection.Managed; m != nil {
 		if systemNamespace == "" {
 			systemNamespace = generator.DefaultSystemNamespace
 		}
 		p.Status.ClientEndpoint = generator.ClientEndpoint(b.Name, systemNamespace, d)
 		if !m.Leader.MultiTenancyEnabled() {
-			cond = metav1.Condition{Type: kvv1.ConditionQuotaLedgerAvailable, Status: metav1.ConditionFalse, Reason: kvv1.ReasonMultiTenancyDisabled, Message: "the backend's leader runs without multi-tenancy"}
+			cond = metav1.Condition{Type: kvv1.ConditionQuotaLedgerAvailable, Status: metav1.ConditionFalse, Reason: kvv1.ReasonMultiTenancyDisabled, Message: NoLedgerMessage(b.Name)}
 		}
 	} else if e := b.Spec.Connection.External; e != nil {
 		for _, ep := range e.Endpoints {
@@ -91,6 +92,12 @@ func DerivePoolStatus(p *kvv1.KVCachePool, b *kvv1.KVCacheBackend, systemNamespa
 		}
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, cond)
+}
+
+// NoLedgerMessage is QuotaLedgerAvailable's message for a pool whose backend keeps no tenant
+// ledger, offline and live alike.
+func NoLedgerMessage(backend string) string {
+	return fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: ceilings are not enforced, and the master ignores the tenant engines are given: every write lands in its default tenant", backend)
 }
 
 func find[T any](items []T, match func(*T) bool) (*T, bool) {

@@ -86,9 +86,9 @@ type CacheUseInput struct {
 // a few blocks' worth on every engine's block size, so an idle service is not judged.
 const minProbeTokens = 4096
 
-// Verdict is a computed condition. Keep means "leave the condition as it is": nothing new
+// ConditionVerdict is a computed condition. Keep means "leave the condition as it is": nothing new
 // is known (the store was not read, or the window has not passed since the Pods started).
-type Verdict struct {
+type ConditionVerdict struct {
 	Keep    bool
 	Status  metav1.ConditionStatus
 	Reason  string
@@ -102,9 +102,9 @@ type Verdict struct {
 // Pods have been Ready for the window, watched all along, and none was seen; Unknown (never
 // False) while no Pod uses it or none is Ready. The message moves only when the Pods do, never
 // with the figures, so a store whose usage changes every poll does not rewrite status.
-func CacheUse(in CacheUseInput) Verdict {
+func CacheUse(in CacheUseInput) ConditionVerdict {
 	if len(in.Pods) == 0 {
-		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoPods,
+		return ConditionVerdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoPods,
 			Message: "no Pod uses this tenant: none carries an injection record naming the Binding, and no ModelDeployment attached through it has Pods"}
 	}
 	// By name, so the Pod a check names is the same one every time.
@@ -118,11 +118,11 @@ func CacheUse(in CacheUseInput) Verdict {
 		return ready[i].Namespace+"/"+ready[i].Name < ready[j].Namespace+"/"+ready[j].Name
 	})
 	if len(ready) == 0 {
-		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoPodReady,
+		return ConditionVerdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoPodReady,
 			Message: fmt.Sprintf("%s %s tenant %s and none is Ready yet, so nothing can write", podList(in.Pods), plural(len(in.Pods), "uses", "use"), in.Tenant)}
 	}
 	if in.NoLedger {
-		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoTenantFigures,
+		return ConditionVerdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNoTenantFigures,
 			Message: fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger, so its master reports no writes per tenant: whether %s %s cannot be observed", in.Backend, podList(ready), plural(len(ready), "writes", "write"))}
 	}
 	// Only a verdict is kept while nothing new is known; an Unknown about the Pods (none, none
@@ -130,9 +130,9 @@ func CacheUse(in CacheUseInput) Verdict {
 	verdict := in.Prev != nil && (in.Prev.Reason == kvv1.ReasonWritesObserved || in.Prev.Reason == kvv1.ReasonNoWrites || in.Prev.Reason == kvv1.ReasonNoStoreHits)
 	if !in.Observed {
 		if verdict {
-			return Verdict{Keep: true}
+			return ConditionVerdict{Keep: true}
 		}
-		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNotObserved,
+		return ConditionVerdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNotObserved,
 			Message: fmt.Sprintf("the master of KVCacheBackend %s has not been read yet, so writes under tenant %s are not known", in.Backend, in.Tenant)}
 	}
 	earliest := in.Now
@@ -163,7 +163,7 @@ func CacheUse(in CacheUseInput) Verdict {
 		if v, ok := neverRead(in, ready, earliest); ok {
 			return v
 		}
-		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesObserved,
+		return ConditionVerdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesObserved,
 			Message: fmt.Sprintf("the master of KVCacheBackend %s saw writes under tenant %s while Pods using it run", in.Backend, in.Tenant)}
 	}
 	watchedFrom := earliest
@@ -172,13 +172,13 @@ func CacheUse(in CacheUseInput) Verdict {
 	}
 	if left := watchedFrom.Add(in.Window).Sub(in.Now); left > 0 {
 		if verdict {
-			return Verdict{Keep: true, RecheckAfter: left}
+			return ConditionVerdict{Keep: true, RecheckAfter: left}
 		}
-		return Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonAwaitingWrites, RecheckAfter: left,
+		return ConditionVerdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonAwaitingWrites, RecheckAfter: left,
 			Message: fmt.Sprintf("no write under tenant %s seen yet; %s %s been Ready and watched since %s: without a write within %s of that this turns False",
 				in.Tenant, podList(ready), plural(len(ready), "has", "have"), watchedFrom.UTC().Format(time.RFC3339), in.Window)}
 	}
-	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoWrites, Message: noWritesMessage(in, ready)}
+	return ConditionVerdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoWrites, Message: noWritesMessage(in, ready)}
 }
 
 // neverRead is the verdict on a tenant that is written and never read back, from the engines'
@@ -187,13 +187,13 @@ func CacheUse(in CacheUseInput) Verdict {
 // whole hit-rate window, watched all along, and the store served none of them. The message
 // names the likely cause, from what the counters and the domain show, and no figure (figures
 // move with every request; status.storeHits carries them).
-func neverRead(in CacheUseInput, ready []PodUse, readySince time.Time) (Verdict, bool) {
+func neverRead(in CacheUseInput, ready []PodUse, readySince time.Time) (ConditionVerdict, bool) {
 	w := in.Engines
 	if w == nil || w.Pods < 2 || w.StoreTokens > 0 || w.PromptTokens < minProbeTokens {
-		return Verdict{}, false
+		return ConditionVerdict{}, false
 	}
 	if w.From.After(in.Now.Add(-w.Window)) || readySince.After(in.Now.Add(-w.Window)) {
-		return Verdict{}, false // not watched for a whole window yet
+		return ConditionVerdict{}, false // not watched for a whole window yet
 	}
 	var cause string
 	switch {
@@ -204,7 +204,7 @@ func neverRead(in CacheUseInput, ready []PodUse, readySince time.Time) (Verdict,
 	default:
 		cause = "no prompt shared a prefix of a block or more with one another engine had computed: the store serves only prefixes computed before (prompts that never repeat, or a prefix that differs on every request, such as a timestamp or a request id before the shared text)"
 	}
-	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoStoreHits,
+	return ConditionVerdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNoStoreHits,
 		Message: fmt.Sprintf("the engines write under tenant %s, yet for the last %s the store served none of the prompt tokens %s %s asked (their own counters): likely %s",
 			in.Tenant, w.Window, podList(ready), plural(len(ready), "was", "were"), cause)}, true
 }
@@ -331,15 +331,15 @@ type EvictionInput struct {
 // refused with TENANT_QUOTA_EXCEEDED, -1700; so is a value larger than the grant). False
 // otherwise. ok is false when the condition should not be set: the store keeps no ledger
 // (nothing per tenant), or it was not read (keep what status says).
-func Eviction(in EvictionInput) (v Verdict, ok bool) {
+func Eviction(in EvictionInput) (v ConditionVerdict, ok bool) {
 	if in.NoLedger || !in.Observed {
-		return Verdict{Keep: !in.NoLedger}, false
+		return ConditionVerdict{Keep: !in.NoLedger}, false
 	}
 	within := func(t time.Time) bool { return !t.IsZero() && in.Now.Sub(t) < in.Hold }
 	a := in.Activity
 	if a.LastEviction.IsZero() && a.LastRejection.IsZero() && in.Prev != nil && in.Prev.Status == metav1.ConditionTrue && in.Now.Sub(a.Since) < in.Hold {
 		// Watched for less than the hold (a restarted manager): evictions may go on unseen.
-		return Verdict{Keep: true}, false
+		return ConditionVerdict{Keep: true}, false
 	}
 	grant := "its grant"
 	if in.Grant != nil {
@@ -352,14 +352,14 @@ func Eviction(in EvictionInput) (v Verdict, ok bool) {
 		if a.LastEviction.After(last) {
 			last = a.LastEviction
 		}
-		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesRefused, RecheckAfter: in.Hold - in.Now.Sub(last),
+		return ConditionVerdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonWritesRefused, RecheckAfter: in.Hold - in.Now.Sub(last),
 			Message: fmt.Sprintf("tenant %s is at %s and the store refuses some of its writes (TENANT_QUOTA_EXCEEDED, -1700): at the grant it evicts only the domain's objects nobody read within the master's default_kv_lease_ttl, and a value larger than the grant never fits; %s",
 				in.Tenant, grant, advice)}, true
 	case within(a.LastEviction):
-		return Verdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonAtGrant, RecheckAfter: in.Hold - in.Now.Sub(a.LastEviction),
+		return ConditionVerdict{Status: metav1.ConditionTrue, Reason: kvv1.ReasonAtGrant, RecheckAfter: in.Hold - in.Now.Sub(a.LastEviction),
 			Message: fmt.Sprintf("tenant %s is at %s, so the store evicts the domain's own older objects to admit its new writes (status.evicted counts the bytes): going over the grant does not fail a write, and %s",
 				in.Tenant, grant, advice)}, true
 	}
-	return Verdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNotEvicting,
+	return ConditionVerdict{Status: metav1.ConditionFalse, Reason: kvv1.ReasonNotEvicting,
 		Message: fmt.Sprintf("the store evicted none of tenant %s's objects and refused none of its writes within the last %s: its writes fit its grant", in.Tenant, in.Hold)}, true
 }

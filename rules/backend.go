@@ -17,10 +17,27 @@ import (
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
-// Backend judges a KVCacheBackend created (old nil) or updated. An update that leaves spec
-// unchanged (metadata only: labels, annotations, finalizers) is admitted without judging it
-// again, so a controller can always remove its finalizer.
-func Backend(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
+// Backend judges a KVCacheBackend created (old nil) or updated, as the backend webhook answers:
+// its spec's refusals and, on an update it admits, the restarts of the store's master or members
+// the update causes (StoreRestarts) when r is set to render the store (nil: no restart
+// warnings).
+func Backend(ctx context.Context, o objects.Reader, r *generator.Renderer, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
+	v, err := backendSpec(ctx, o, old, obj)
+	if err != nil || old == nil || len(v.Errors) > 0 || r == nil {
+		return v, err
+	}
+	restarts, err := StoreRestarts(ctx, o, r, old, obj)
+	if err != nil {
+		return v, err
+	}
+	v.warn(restarts...)
+	return v, nil
+}
+
+// backendSpec judges a backend's spec. An update that leaves spec unchanged (metadata only:
+// labels, annotations, finalizers) is admitted without judging it again, so a controller can
+// always remove its finalizer.
+func backendSpec(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
 	var v Verdict
 	old, b, unchanged := defaulted(old, obj, func(b *kvv1.KVCacheBackend) any { return b.Spec })
 	if unchanged {
@@ -45,21 +62,6 @@ func Backend(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCacheBacken
 			v.refuse(field.Forbidden(field.NewPath("spec", "connection", "managed", "leader", "multiTenancy"), multiTenancyOffMessage(pools)))
 		}
 	}
-	return v, nil
-}
-
-// BackendAdmission is what the backend webhook answers: Backend's verdict and, on an update it
-// admits, the restarts the update causes (StoreRestarts), when r is set to render the store.
-func BackendAdmission(ctx context.Context, o objects.Reader, r *generator.Renderer, old, obj *kvv1.KVCacheBackend) (Verdict, error) {
-	v, err := Backend(ctx, o, old, obj)
-	if err != nil || old == nil || len(v.Errors) > 0 || r == nil {
-		return v, err
-	}
-	restarts, err := StoreRestarts(ctx, o, r, old, obj)
-	if err != nil {
-		return v, err
-	}
-	v.warn(restarts...)
 	return v, nil
 }
 

@@ -40,7 +40,7 @@ type Apply struct {
 	Models    []kvv1.ModelDeployment
 	Options   objects.FileOptions
 	// Renderer, when set, renders a managed backend's store before and after an update for the
-	// restarts the backend webhook warns of (BackendAdmission).
+	// restarts the backend webhook warns of (Backend).
 	Renderer *generator.Renderer
 }
 
@@ -151,7 +151,7 @@ func JudgeApply(ctx context.Context, a Apply) ([]Judged, error) {
 	for i := range m.Backends {
 		b := &m.Backends[i]
 		old := held(a.Cluster.Backends, b.Name, backendKey)
-		v, err := BackendAdmission(ctx, all, a.Renderer, old, b)
+		v, err := Backend(ctx, all, a.Renderer, old, b)
 		if err != nil {
 			return nil, err
 		}

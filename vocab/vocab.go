@@ -59,6 +59,9 @@ const (
 	// group's is MemberComponentPrefix and its index.
 	ComponentLeader       = "leader"
 	MemberComponentPrefix = "member-"
+	// LeaderSuffix makes a backend's name into its leader's: the Deployment, Service, Lease and
+	// ServiceAccount "<backend>-leader".
+	LeaderSuffix = "-leader"
 
 	// LabelPodSpecHash on a store Pod template is a hash of the template without its node
 	// placement. Member DaemonSets update OnDelete and the operator replaces member Pods whose

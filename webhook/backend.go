@@ -11,8 +11,8 @@ import (
 	"github.com/kvcache-operator/kvcache/rules"
 )
 
-// BackendValidator validates KVCacheBackends with rules.BackendAdmission: rules.Backend, and on
-// an update the restarts of the store's master or members it warns of (rules.StoreRestarts).
+// BackendValidator validates KVCacheBackends with rules.Backend: the spec's refusals, and on an
+// update the restarts of the store's master or members it warns of.
 type BackendValidator struct {
 	Reader objects.Reader
 	// Renderer renders the store before and after an update; nil: no restart warnings.
@@ -21,13 +21,13 @@ type BackendValidator struct {
 
 // ValidateCreate implements admission.Validator.
 func (v *BackendValidator) ValidateCreate(ctx context.Context, obj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.Backend(ctx, v.Reader, nil, obj)
+	verdict, err := rules.Backend(ctx, v.Reader, v.Renderer, nil, obj)
 	return answer("KVCacheBackend", obj.Name, verdict, err)
 }
 
 // ValidateUpdate implements admission.Validator.
 func (v *BackendValidator) ValidateUpdate(ctx context.Context, oldObj, newObj *kvv1.KVCacheBackend) (admission.Warnings, error) {
-	verdict, err := rules.BackendAdmission(ctx, v.Reader, v.Renderer, oldObj, newObj)
+	verdict, err := rules.Backend(ctx, v.Reader, v.Renderer, oldObj, newObj)
 	return answer("KVCacheBackend", newObj.Name, verdict, err)
 }
 

@@ -49,7 +49,7 @@ const (
 // Condition reasons other components act on.
 const (
 	// ReasonMultiTenancyDisabled on QuotaLedgerAvailable=False: the backend keeps no tenant
-	// ledger, so injection writes no tenant and Bindings are Unenforced.
+	// ledger (the master ignores the tenant injection writes), so Bindings are Unenforced.
 	ReasonMultiTenancyDisabled = "MultiTenancyDisabled"
 )
 
@@ -59,4 +59,8 @@ const (
 	FinalizerBackend = "worker.gpustack.ai/kvcache-backend"
 	// FinalizerBinding holds a Binding until its ledger entry is released.
 	FinalizerBinding = "worker.gpustack.ai/tenant-ledger"
+	// FinalizerPool holds a pool until the ledger entries of its Bindings are deleted from the
+	// backend's master: a deleted pool's tenants must not stay in the ledger, where they would
+	// keep taking part in the proportional cut of every other tenant's grant.
+	FinalizerPool = "worker.gpustack.ai/pool-ledger"
 )

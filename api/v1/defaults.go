@@ -122,8 +122,10 @@ func (t *InstanceType) Default() {}
 // Default does nothing: a Setting has no schema defaults.
 func (s *Setting) Default() {}
 
-// Electing reports whether the leader replicas elect through a Lease (the operator's launcher).
-func (l *Leader) Electing() bool {
+// LeaseElection reports whether the leader replicas elect through the Kubernetes Lease (the
+// operator's launcher). A warm store (Etcd) elects too, through the masters' own etcd election,
+// and has no Lease: see Warm.
+func (l *Leader) LeaseElection() bool {
 	return l.ElectionBackend != ElectionNone && l.ElectionBackend != ElectionEtcd
 }
 

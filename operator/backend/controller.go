@@ -149,18 +149,11 @@ func (r *Reconciler) byLease(_ context.Context, o client.Object) []reconcile.Req
 	if o.GetNamespace() != r.SystemNamespace {
 		return nil
 	}
-	name, ok := cutSuffix(o.GetName(), "-leader")
+	name, ok := generator.BackendOfLeader(o.GetName())
 	if !ok {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
-		return s[:len(s)-len(suffix)], true
-	}
-	return "", false
 }
 
 func byPoolBackend(_ context.Context, o client.Object) []reconcile.Request {
@@ -394,7 +387,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
 	if b.Spec.Connection.Managed != nil {
-		if waiting, err := r.releaseLease(ctx, b); err != nil || waiting != "" {
+		if waiting, err := r.stopStoreAndReleaseLease(ctx, b); err != nil || waiting != "" {
 			b.Status.PhaseMessage = waiting
 			return ctrl.Result{RequeueAfter: time.Second}, err
 		}
@@ -419,12 +412,12 @@ func memberStopping(p *corev1.Pod) bool {
 	return p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds <= memberStopGrace
 }
 
-// releaseLease removes the election Lease <backend>-leader, which the leader Pods' launchers
+// stopStoreAndReleaseLease deletes the store's workloads, then removes the election Lease <backend>-leader, which the leader Pods' launchers
 // create and the operator does not own (so no owner reference takes it away). A launcher still
 // running would create it again, so the store's workloads go first (the members with the
 // leader, so that they stop side by side) and the Lease only once no leader Pod is left; until
 // then it says what it waits for.
-func (r *Reconciler) releaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (waiting string, err error) {
+func (r *Reconciler) stopStoreAndReleaseLease(ctx context.Context, b *kvv1.KVCacheBackend) (waiting string, err error) {
 	name := generator.LeaderName(b.Name)
 	workloads := []client.Object{&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: r.SystemNamespace, Name: name}}}
 	members := &appsv1.DaemonSetList{}
@@ -623,7 +616,7 @@ func (r *Reconciler) observeWorkloads(_ context.Context, s *state) error {
 		b.Status.Leader = &kvv1.LeaderStatus{}
 	}
 	b.Status.Leader.Failover = m.Leader.Failover()
-	if !m.Leader.Electing() {
+	if !m.Leader.LeaseElection() {
 		removeCondition(b, kvv1.ConditionElectionObserved)
 		l := b.Status.Leader
 		l.Holder, l.HolderSince, l.LeaseTransitions = "", nil, nil

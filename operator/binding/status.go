@@ -158,7 +158,7 @@ func setCacheInUse(b *kvv1.KVCachePoolBinding, u use) (event, announce string) {
 	if !u.held && !u.noLedger && len(u.pods) > 0 {
 		// No tenant of its own on the master (the domain is another Binding's, or no backend):
 		// nothing it writes can be told apart.
-		v = operator.Verdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNotObserved,
+		v = operator.ConditionVerdict{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonNotObserved,
 			Message: "the Binding holds no tenant on a master (see QuotaGranted and DomainExclusive), so writes under its domain are not its own"}
 	}
 	if v.Keep {

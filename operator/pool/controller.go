@@ -46,11 +46,6 @@ import (
 // DefaultPollInterval is how often a pool's ledger is read when nothing else happens.
 const DefaultPollInterval = 15 * time.Second
 
-// FinalizerPool holds a pool until the ledger entries of its Bindings are deleted from the
-// backend's master: a deleted pool's tenants must not stay in the ledger, where they would
-// keep taking part in the proportional cut of every other tenant's grant.
-const FinalizerPool = "worker.gpustack.ai/pool-ledger"
-
 // Reconciler reconciles KVCachePools.
 type Reconciler struct {
 	Client client.Client
@@ -174,7 +169,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if !s.pool.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, s)
 	}
-	if wrote, err := operator.AddFinalizer(ctx, r.Client, s.pool, FinalizerPool); err != nil {
+	if wrote, err := operator.AddFinalizer(ctx, r.Client, s.pool, kvv1.FinalizerPool); err != nil {
 		return ctrl.Result{}, err
 	} else if wrote {
 		before = s.pool.DeepCopy() // the patch read the object back, status included
@@ -198,7 +193,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // until no Binding holds its ledger finalizer and no tenant is left, at most
 // storeview.ReleaseBound. New Pods may not attach meanwhile (QuotaLedgerAvailable False).
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(s.pool, FinalizerPool) {
+	if !controllerutil.ContainsFinalizer(s.pool, kvv1.FinalizerPool) {
 		return ctrl.Result{}, nil
 	}
 	for _, phase := range []func(context.Context, *state) error{r.resolveBackend, r.readLedger, r.releasePool} {
@@ -210,7 +205,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 	if s.pending {
 		return ctrl.Result{RequeueAfter: r.PollInterval}, nil
 	}
-	if _, err := operator.RemoveFinalizer(ctx, r.Client, s.pool, FinalizerPool); err != nil {
+	if _, err := operator.RemoveFinalizer(ctx, r.Client, s.pool, kvv1.FinalizerPool); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return ctrl.Result{}, nil

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/store"
 )
@@ -112,7 +113,7 @@ func setLedgerAvailable(p *kvv1.KVCachePool, o observed) {
 		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionUnknown, kvv1.ReasonBackendNotFound, "the pool's backend does not exist")
 	case o.noLedger:
 		operator.SetCondition(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonMultiTenancyDisabled,
-			fmt.Sprintf("KVCacheBackend %s keeps no tenant ledger: ceilings are not enforced, engines get no tenant and every write lands in the store's default tenant", o.backend.Name))
+			objects.NoLedgerMessage(o.backend.Name))
 	case o.ledger == nil:
 		operator.SetConditionOnce(c, p.Generation, kvv1.ConditionQuotaLedgerAvailable, metav1.ConditionFalse, kvv1.ReasonLedgerUnreachable,
 			fmt.Sprintf("the tenant ledger of KVCacheBackend %s cannot be read: %s", o.backend.Name, errString(o.ledgerErr)))

@@ -79,7 +79,7 @@ func TestQuotaLedgerAvailableSaysWhatTheMasterKeeps(t *testing.T) {
 		{"no backend: unknown", observed{},
 			metav1.Condition{Status: metav1.ConditionUnknown, Reason: kvv1.ReasonBackendNotFound, Message: "the pool's backend does not exist"}},
 		{"a master without multi-tenancy keeps none", observed{backend: testBackend(""), noLedger: true},
-			metav1.Condition{Status: metav1.ConditionFalse, Reason: kvv1.ReasonMultiTenancyDisabled, Message: "KVCacheBackend dram keeps no tenant ledger: ceilings are not enforced, engines get no tenant and every write lands in the store's default tenant"}},
+			metav1.Condition{Status: metav1.ConditionFalse, Reason: kvv1.ReasonMultiTenancyDisabled, Message: "KVCacheBackend dram keeps no tenant ledger: ceilings are not enforced, and the master ignores the tenant engines are given: every write lands in its default tenant"}},
 		{"an unreadable ledger says why", observed{backend: testBackend(""), ledgerErr: errors.New("boom")},
 			metav1.Condition{Status: metav1.ConditionFalse, Reason: kvv1.ReasonLedgerUnreachable, Message: "the tenant ledger of KVCacheBackend dram cannot be read: the admin endpoint could not be read"}},
 		{"a ledger read with a failed write of a Binding's entry", observed{backend: testBackend(""), ledger: map[string]store.Tenant{}, writeErr: refused},

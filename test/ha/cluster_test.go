@@ -77,7 +77,7 @@ func renderStore(t *testing.T, c client.Client) renderedStore {
 	}
 	require.NoError(t, c.Create(ctx, b))
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(b), b))
-	require.True(t, b.Spec.Connection.Managed.Leader.Electing(), "three replicas elect a leader")
+	require.True(t, b.Spec.Connection.Managed.Leader.LeaseElection(), "three replicas elect a leader")
 	r, err := generator.NewRenderer()
 	require.NoError(t, err)
 	objs, err := r.RenderStore(generator.StoreInput{

@@ -18,7 +18,6 @@ import (
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	bindingctrl "github.com/kvcache-operator/kvcache/operator/binding"
-	poolctrl "github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
 	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/store/storetest"
@@ -49,7 +48,7 @@ func TestDeletingAPoolReleasesItsTenants(t *testing.T) {
 		return b.Status.EffectiveQuota != nil && b.Status.EffectiveQuota.Value() < 6<<30
 	})
 	t.Logf("pool-del-b1's grant while pool-del-a's tenants are in the ledger: %s", b1.Status.EffectiveQuota)
-	assert.Contains(t, get(t, doomed).Finalizers, poolctrl.FinalizerPool)
+	assert.Contains(t, get(t, doomed).Finalizers, kvv1.FinalizerPool)
 
 	// An engine is reading an object of del-a2: its lease keeps it from being removed.
 	fake.SetCharged("del-a2", 4096)
@@ -161,7 +160,7 @@ func (f bindingFields) Get(field string) string {
 func staleView(t *testing.T, poolName, backend string, bindings ...*kvv1.KVCachePoolBinding) *staleReader {
 	t.Helper()
 	p := pool(poolName, backend, "16Gi")
-	p.Finalizers = []string{poolctrl.FinalizerPool}
+	p.Finalizers = []string{kvv1.FinalizerPool}
 	p.Generation = 1
 	v := &staleReader{Client: env.Client, pools: []kvv1.KVCachePool{*p}}
 	for _, b := range bindings {

@@ -20,7 +20,7 @@ const (
 	maxLeaderReplicas = 5
 	maxMemberGroups   = 32
 	// The leader Service is "<backend>-leader" and must be a DNS-1035 label.
-	maxBackendNameLen = utilvalidation.DNS1035LabelMaxLength - len("-leader")
+	maxBackendNameLen = utilvalidation.DNS1035LabelMaxLength - len(vocab.LeaderSuffix)
 )
 
 // Reasons a flag may not be passed through leader.extraArgs, by flag key (no dashes).

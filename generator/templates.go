@@ -16,20 +16,20 @@ import (
 	"github.com/kvcache-operator/kvcache/templates"
 )
 
-// Engine holds the parsed templates. It is safe for concurrent use: rendering never mutates it.
-type Engine struct {
+// Templates holds the parsed templates: the one template engine every render goes through. It is safe for concurrent use: rendering never mutates it.
+type Templates struct {
 	root  *template.Template
 	names []string // renderable (non-partial) template names, sorted
 }
 
-// NewEngine parses every template under templates/. Call it once per process and share the
+// ParseTemplates parses every template under templates/. Call it once per process and share the
 // result; parsing is the expensive part of rendering.
-func NewEngine() (*Engine, error) {
-	return newEngine(templates.FS)
+func ParseTemplates() (*Templates, error) {
+	return parseTemplates(templates.FS)
 }
 
-func newEngine(fsys fs.FS) (*Engine, error) {
-	e := &Engine{}
+func parseTemplates(fsys fs.FS) (*Templates, error) {
+	e := &Templates{}
 	root := template.New("").Option("missingkey=error")
 	root.Funcs(e.funcMap(root))
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
@@ -70,7 +70,7 @@ var nonDeterministic = []string{
 // funcMap is sprig's hermetic set (no time, randomness or environment, so output is a pure
 // function of the values) plus the Helm functions templates use. include and tpl close over the
 // root template so partials resolve across files.
-func (e *Engine) funcMap(root *template.Template) template.FuncMap {
+func (e *Templates) funcMap(root *template.Template) template.FuncMap {
 	f := sprig.HermeticTxtFuncMap()
 	for _, name := range nonDeterministic {
 		delete(f, name)
@@ -128,7 +128,7 @@ func (e *Engine) funcMap(root *template.Template) template.FuncMap {
 
 // Execute renders one template by its path (e.g. "store/leader-deployment.yaml") or partial
 // name.
-func (e *Engine) Execute(name string, data any) ([]byte, error) {
+func (e *Templates) Execute(name string, data any) ([]byte, error) {
 	t := e.root.Lookup(name)
 	if t == nil {
 		return nil, fmt.Errorf("requested template %q not found; have %v", name, e.names)
@@ -142,7 +142,7 @@ func (e *Engine) Execute(name string, data any) ([]byte, error) {
 
 // ExecuteDir renders every non-partial template under dir (e.g. "store") in name order and
 // joins the outputs as one multi-document YAML stream.
-func (e *Engine) ExecuteDir(dir string, data any) ([]byte, error) {
+func (e *Templates) ExecuteDir(dir string, data any) ([]byte, error) {
 	var out bytes.Buffer
 	prefix := dir + "/"
 	found := false

@@ -8,13 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func engineOf(t *testing.T, files map[string]string) (*Engine, error) {
+func engineOf(t *testing.T, files map[string]string) (*Templates, error) {
 	t.Helper()
 	fsys := fstest.MapFS{}
 	for n, s := range files {
 		fsys[n] = &fstest.MapFile{Data: []byte(s)}
 	}
-	return newEngine(fsys)
+	return parseTemplates(fsys)
 }
 
 func TestEngineSpeaksHelmsDialect(t *testing.T) {
@@ -84,7 +84,7 @@ func TestEngineIsHermetic(t *testing.T) {
 }
 
 func TestEngineRendersTheShippedTemplates(t *testing.T) {
-	e, err := NewEngine()
+	e, err := ParseTemplates()
 	require.NoError(t, err)
 	assert.Contains(t, e.names, "store/leader-deployment.yaml")
 	for _, n := range e.names {
