@@ -324,6 +324,10 @@ func (l *live) managerLease(ctx context.Context) error {
 	return nil
 }
 
+// leaseTakeoverWindow is how many Lease durations after its last renewal a Lease may be taken
+// over in a healthy handover.
+const leaseTakeoverWindow = 2
+
 // lease reports who holds a Lease in the system namespace and how recently it renewed.
 func (l *live) lease(ctx context.Context, check, name, what, fix string) {
 	object := "Lease/" + l.o.SystemNamespace + "/" + name
@@ -354,6 +358,13 @@ func (l *live) lease(ctx context.Context, check, name, what, fix string) {
 		return
 	}
 	age := l.now.Sub(lease.Spec.RenewTime.Time).Round(time.Second)
+	// Past its duration, a Lease is free to take: a standby candidate takes it at its next retry,
+	// and a restarted holder does after one more duration (its new identity waits the old one
+	// out). Within that window a handover is under way, which is a warning, not a fault.
+	if age > duration && age <= leaseTakeoverWindow*duration {
+		l.r.warn(check, object, fmt.Sprintf("%s last renewed the Lease %s ago, past its %s duration: a handover of %s is under way (a standby or a restarted replica takes it within another %s).", holder, age, duration, what, duration), "run kvcache check again in "+duration.String()+"; "+fix)
+		return
+	}
 	if age > duration {
 		l.r.fail(check, object, fmt.Sprintf("%s holds the Lease but last renewed it %s ago, longer than its %s duration: %s have no live leader.", holder, age, duration, what), fix)
 		return

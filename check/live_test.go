@@ -135,6 +135,11 @@ func TestAStaleManagerLeaseFails(t *testing.T) {
 	l.Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-time.Minute)}
 	require.NoError(t, c.Update(context.Background(), l))
 	assert.Equal(t, []string{"FAIL kvcache-0_1 holds the Lease but last renewed it 1m0s ago, longer than its 15s duration: the controllers have no live leader."}, levels(run(t, c), "manager.lease"))
+
+	l.Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-17 * time.Second)}
+	require.NoError(t, c.Update(context.Background(), l))
+	assert.Equal(t, []string{"WARN kvcache-0_1 last renewed the Lease 17s ago, past its 15s duration: a handover of the controllers is under way (a standby or a restarted replica takes it within another 15s)."}, levels(run(t, c), "manager.lease"),
+		"a Lease just past its duration is a handover under way, not a store without a leader")
 }
 
 func TestTheSelfManagedCertificateIsFoundByItsSecretName(t *testing.T) {

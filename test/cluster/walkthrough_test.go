@@ -431,6 +431,18 @@ func (w *walk) everyReplicaServes(t *testing.T) {
 		}
 		return d.Status.ReadyReplicas == int32(w.chart.Replicas) && d.Status.Replicas == int32(w.chart.Replicas), fmt.Sprintf("%+v", d.Status)
 	})
+	// The steps after this one judge a led manager (kvcache check's manager.lease among them):
+	// the walk goes on once a live replica renewed the Lease, which takes the killed holder's
+	// Lease duration and a retry.
+	eventually(t, 2*time.Minute, 250*time.Millisecond, "a live manager replica renewing the controllers' Lease", func() (bool, string) {
+		l, err := env.client.CoordinationV1().Leases(systemNS).Get(ctx, managerLease, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		renewed := l.Spec.RenewTime != nil && l.Spec.RenewTime.After(t0)
+		return renewed && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != holder, fmt.Sprintf("holder %q, renewed %v", derefString(l.Spec.HolderIdentity), l.Spec.RenewTime)
+	})
+	record(t, "manager leader replica killed: a live replica led again %s after the kill", time.Since(t0).Round(100*time.Millisecond))
 }
 
 // killContainer kills a Pod's first container without grace: SIGKILL to its task through the
@@ -1191,4 +1203,11 @@ func waitNamespacesGone(t *testing.T, names []string) {
 	if ctx.Err() != nil {
 		t.Errorf("namespaces not gone 5 minutes after the cleanup deleted them: %s", whatHoldsNamespaces(names))
 	}
+}
+
+func derefString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
