@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
+	"github.com/kvcache-operator/kvcache/values"
 )
 
 // NetworkPolicyName is the name of a backend's store NetworkPolicy.
@@ -46,17 +47,26 @@ func sortedUnique(in []string) []string {
 	return slices.Compact(out)
 }
 
-// hostNetworkMembers reports whether a member group of the store runs on the host network (the
-// fabric grants of rdma and efa). NetworkPolicy selects Pods by their own addresses; a
-// host-network member has its node's, so a policy can neither admit it by Pod (its traffic to
-// the master would be cut off from every other node) nor isolate it.
-func hostNetworkMembers(v *storeValues) bool {
-	for _, m := range v.Members {
-		if m.Fabric != nil {
-			return true
+// WhyNoNetworkPolicy says why a managed backend's store renders no NetworkPolicy, "" when it
+// renders one: the render and the NetworkPolicy probe decide by it alike. A member group on the
+// host network (the fabric grants of rdma and efa) rules the policy out: NetworkPolicy selects
+// Pods by their own addresses, and a host-network member has its node's, so a policy could
+// neither admit it by Pod (its traffic to the master would be cut off from every other node) nor
+// isolate it.
+func WhyNoNetworkPolicy(b *kvv1.KVCacheBackend) string {
+	m := b.Spec.Connection.Managed
+	if m == nil {
+		return "the backend is external: the operator runs none of its store"
+	}
+	if !m.NetworkPolicyEnabled() {
+		return "spec.connection.managed.networkPolicy.enabled is false"
+	}
+	for i := range m.Members {
+		if _, _, fabric := FabricResource(b.EffectiveProtocol(i).StoreSpelling(), 1, values.Store{}); fabric {
+			return "a member group runs on the host network (rdma or efa), which a NetworkPolicy can neither select nor admit by Pod"
 		}
 	}
-	return false
+	return ""
 }
 
 // ParseNetworkPolicyPeers reads the manager's and `kvcache render`'s --network-policy-metrics-from:

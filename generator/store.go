@@ -270,7 +270,7 @@ func (r *Renderer) storeValues(in StoreInput) (*storeValues, error) {
 		}
 		v.Members = append(v.Members, mv)
 	}
-	if m.NetworkPolicyEnabled() && !hostNetworkMembers(v) {
+	if WhyNoNetworkPolicy(b) == "" {
 		np := &networkPolicyValues{
 			Name:             NetworkPolicyName(b.Name),
 			BoundNamespaces:  sortedUnique(in.BoundNamespaces),

@@ -42,6 +42,7 @@ import (
 	"github.com/kvcache-operator/kvcache/operator/backend"
 	"github.com/kvcache-operator/kvcache/operator/binding"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
+	"github.com/kvcache-operator/kvcache/operator/policyprobe"
 	"github.com/kvcache-operator/kvcache/operator/pool"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
 	"github.com/kvcache-operator/kvcache/store"
@@ -372,6 +373,11 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	if err := (&backend.Reconciler{
 		Client: cat.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
 		OperatorNamespace: o.Namespace, MetricsFrom: o.MetricsFrom, Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&policyprobe.Reconciler{
+		Client: mgr.GetClient(), SystemNamespace: o.SystemNamespace, RPCPort: r.Defaults().Store.RPCPort,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -3,7 +3,8 @@
 // changed), prunes what the render no longer produces once nothing still references it,
 // restarts member Pods whose pod spec is stale, and reports the store's state as the store
 // itself reports it (never derived from the spec), a failover or restart of its master
-// included.
+// included. It writes every field of a backend's status but one: NetworkPolicyEnforced is
+// operator/policyprobe's, a question about the cluster rather than the store.
 package backend
 
 import (
@@ -76,15 +77,10 @@ type Reconciler struct {
 	// operator.DefaultUsageRefresh when zero.
 	UsageRefresh time.Duration
 
-	// Dial opens the NetworkPolicy probe's connection (nil: a plain TCP dial).
-	Dial Dialer
-
 	// masters remembers the master process each backend's last read came from, and seen what
-	// that read showed (objects lost are told from two reads); policyProbes the last
-	// NetworkPolicy measurement.
-	masters      masters
-	seen         snapshots
-	policyProbes policyProbes
+	// that read showed (objects lost are told from two reads).
+	masters masters
+	seen    snapshots
 }
 
 // childKinds are the kinds the store render produces, for pruning.
@@ -234,7 +230,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.completeHandover,
 		r.observeStore,
 		r.replaceMembers,
-		r.observeNetworkPolicy,
 	} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -398,7 +393,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *state) (ctrl.Result
 	}
 	r.masters.forget(b.UID)
 	r.seen.forget(b.UID)
-	r.policyProbes.forget(b.UID)
 	r.Metrics.BackendGone(b.Name)
 	return ctrl.Result{}, nil
 }
@@ -629,6 +623,9 @@ func (r *Reconciler) observeWorkloads(_ context.Context, s *state) error {
 
 // patchStatus writes the status when it changed, and only then: steady state writes nothing.
 // observedGeneration is set only when done: the reconcile put this generation into effect.
+// NetworkPolicyEnforced is the NetworkPolicy probe's (operator/policyprobe): this reconciler never
+// sets it, and when a patch of its own conditions carries a copy the cache had not caught up
+// with, the probe, which watches the backend's status, applies its own value again.
 func (r *Reconciler) patchStatus(ctx context.Context, before, b *kvv1.KVCacheBackend, done bool) error {
 	if done {
 		b.Status.ObservedGeneration = b.Generation

@@ -39,7 +39,14 @@ func (c *countingClient) record(verb string, o any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	what := fmt.Sprintf("%T", o)
-	if co, ok := o.(client.Object); ok {
+	switch co := o.(type) {
+	case interface { // an unstructured object, or an apply of one
+		GetKind() string
+		GetNamespace() string
+		GetName() string
+	}:
+		what = fmt.Sprintf("%s %s/%s", co.GetKind(), co.GetNamespace(), co.GetName())
+	case client.Object:
 		what = fmt.Sprintf("%T %s/%s", o, co.GetNamespace(), co.GetName())
 	}
 	c.writes = append(c.writes, verb+" "+what)
@@ -91,6 +98,11 @@ type countingStatus struct {
 func (s *countingStatus) Update(ctx context.Context, o client.Object, opts ...client.SubResourceUpdateOption) error {
 	s.c.record("update status", o)
 	return s.SubResourceWriter.Update(ctx, o, opts...)
+}
+
+func (s *countingStatus) Apply(ctx context.Context, o runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+	s.c.record("apply status", o)
+	return s.SubResourceWriter.Apply(ctx, o, opts...)
 }
 
 func (s *countingStatus) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
