@@ -19,7 +19,7 @@ func TestOneRendererServesConcurrentRenders(t *testing.T) {
 	require.NoError(t, err)
 	store := StoreInput{Backend: walkthroughBackend(), BackendImageSetting: kvv1.DefaultKVCacheBackendImage,
 		Tenants: []Tenant{{Name: "default", QuotaBytes: 8 << 30}}}
-	fragment := FragmentInput{Engine: engines.SGLang, Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"}
+	fragment := FragmentInput{Engine: engines.SGLang, CacheInput: CacheInput{Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"}}
 	render := func() ([]byte, *engines.Fragment) {
 		objs, err := r.RenderStore(store)
 		require.NoError(t, err)

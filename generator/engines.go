@@ -11,18 +11,11 @@ import (
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
-// FragmentInput is everything an engine fragment depends on.
+// FragmentInput is everything an engine fragment depends on: the engine, the store it is
+// attached to (the same CacheInput a ModelDeployment renders from), and its role.
 type FragmentInput struct {
 	Engine engines.Engine
-	// Master is the store's Client endpoint (the pool's clientEndpoint).
-	Master string
-	// Protocol is the transport in store spelling (tcp, rdma, ascend, ...).
-	Protocol string
-	// Tenant is the Binding's domain, written on every path (a master without a tenant ledger
-	// ignores it).
-	Tenant string
-	// Dtype is the Binding's dtype; "" when the Setting leaves the dtype to containers.
-	Dtype string
+	CacheInput
 	// Role selects the vLLM family's kv_role.
 	Role engines.Role
 }

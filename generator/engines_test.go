@@ -18,7 +18,7 @@ func TestFragmentsWriteExactlyTheEnginesInjectedEnv(t *testing.T) {
 	require.NoError(t, err)
 	for _, e := range engines.All() {
 		t.Run(e.Name, func(t *testing.T) {
-			f, err := r.RenderFragment(FragmentInput{Engine: e, Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"})
+			f, err := r.RenderFragment(FragmentInput{Engine: e, CacheInput: CacheInput{Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"}})
 			require.NoError(t, err)
 			var names []string
 			for _, v := range f.Env {
@@ -36,7 +36,7 @@ func TestClientConfigIsAPureClientWithTheTenant(t *testing.T) {
 	require.NoError(t, err)
 	for _, e := range []engines.Engine{engines.VLLM, engines.VLLMAscend} {
 		t.Run(e.Name, func(t *testing.T) {
-			f, err := r.RenderFragment(FragmentInput{Engine: e, Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"})
+			f, err := r.RenderFragment(FragmentInput{Engine: e, CacheInput: CacheInput{Master: "m:50051", Protocol: "tcp", Tenant: "team-a", Dtype: "bfloat16"}})
 			require.NoError(t, err)
 			var cfg map[string]any
 			require.NoError(t, json.Unmarshal([]byte(f.Annotations[vocab.AnnotationClientConfig]), &cfg))

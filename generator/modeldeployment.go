@@ -15,8 +15,8 @@ import (
 	"github.com/kvcache-operator/kvcache/vocab"
 )
 
-// CacheInput is a ModelDeployment's resolved cache attachment: what its Binding, pool and
-// backend resolve to (the same resolution Pod injection makes).
+// CacheInput is a resolved cache attachment, a Pod's or a ModelDeployment's: what its Binding,
+// pool and backend resolve to (injection.Resolve, for both).
 type CacheInput struct {
 	// Master is the pool's clientEndpoint.
 	Master string
@@ -244,7 +244,7 @@ func (r *Renderer) attachCache(d *appsv1.Deployment, roles []roleValues, c *Cach
 	if rv == nil {
 		return fmt.Errorf("rendered Deployment %s matches no role", d.Name)
 	}
-	frag, err := r.RenderFragment(FragmentInput{Engine: rv.engine, Master: c.Master, Protocol: c.Protocol, Tenant: c.Tenant, Dtype: c.Dtype, Role: rv.role})
+	frag, err := r.RenderFragment(FragmentInput{Engine: rv.engine, CacheInput: *c, Role: rv.role})
 	if err != nil {
 		return err
 	}

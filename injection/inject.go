@@ -198,8 +198,7 @@ func (i *Injector) attach(ctx context.Context, r objects.Reader, namespace strin
 	if rf != nil {
 		return nil, rf, nil
 	}
-	ci := res.CacheInput(dtypeOwned)
-	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, Master: ci.Master, Protocol: ci.Protocol, Tenant: ci.Tenant, Dtype: ci.Dtype, Role: a.role})
+	frag, err := i.renderer.RenderFragment(generator.FragmentInput{Engine: a.engine, CacheInput: res.CacheInput(dtypeOwned), Role: a.role})
 	if err != nil {
 		return nil, nil, err
 	}
