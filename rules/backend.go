@@ -43,9 +43,9 @@ func backendSpec(ctx context.Context, o objects.Reader, old, obj *kvv1.KVCacheBa
 	if unchanged {
 		return v, nil
 	}
-	image, _, err := o.Setting(ctx, kvv1.SettingKVCacheBackendImage)
+	image, err := objects.BackendImageSetting(ctx, o)
 	if err != nil {
-		return v, objects.ReadFailed("the Setting "+kvv1.SettingKVCacheBackendImage, err)
+		return v, err
 	}
 	v.refuse(validation.ValidateBackend(b, validation.BackendContext{BackendImageSetting: image})...)
 	if old == nil {

@@ -47,11 +47,10 @@ func ModelDeployment(ctx context.Context, o objects.Reader, old, obj *kvv1.Model
 	if err != nil {
 		return v, err
 	}
-	value, _, err := o.Setting(ctx, kvv1.SettingKVCacheDtypeOwned)
+	dtypeOwned, err := objects.DtypeOwned(ctx, o)
 	if err != nil {
-		return v, objects.ReadFailed("the Setting "+kvv1.SettingKVCacheDtypeOwned, err)
+		return v, err
 	}
-	dtypeOwned := kvv1.DtypeOwned(value)
 	errs, warnings, err := attachment(ctx, o, md, roleEngines, attaching, dtypeOwned)
 	if err != nil {
 		return v, err

@@ -18,12 +18,13 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/internal/manager"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/settings"
 )
 
 func newManagerCommand() *cobra.Command {
 	o := manager.Options{}
 	var kubeconfig, certMode string
-	var settings []string
+	var pairs []string
 	zapOpts := zap.Options{}
 	cmd := &cobra.Command{
 		Use:   "manager",
@@ -57,7 +58,7 @@ func newManagerCommand() *cobra.Command {
 			default:
 				return usageErrorf("--cert-mode %q: use self (the manager makes and rotates its certificate) or external (certificates in --cert-dir come from elsewhere)", certMode)
 			}
-			if o.Settings, err = manager.ParseSettings(settings); err != nil {
+			if o.Settings, err = settings.Parse(pairs); err != nil {
 				return usageErrorf("%v", err)
 			}
 			if o.HitRateWindow < time.Minute || o.HitRateWindow > time.Hour {
@@ -96,7 +97,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.WebhookService, "webhook-service", "", "Service in front of the webhook server; the certificate is issued for it (--cert-mode self)")
 	f.StringSliceVar(&o.ExtraCertDNSNames, "cert-dns-names", nil, "extra DNS names for the self-managed certificate, beside the webhook Service's (--cert-mode self)")
 	f.StringVar(&o.WebhookConfigName, "webhook-config-name", "", "name of the Mutating- and ValidatingWebhookConfiguration whose caBundle the manager keeps current (--cert-mode self)")
-	f.StringArrayVar(&settings, "setting", nil, "name=value of a Setting in the catalog (repeatable; the chart passes its values): every replica creates the Setting when it is missing, the elected one applies the value when the release changes it (an edit of the Setting stands until then), and until the Setting exists it reads as this value")
+	f.StringArrayVar(&pairs, "setting", nil, "name=value of a Setting in the catalog (repeatable; the chart passes its values): every replica creates the Setting when it is missing, the elected one applies the value when the release changes it (an edit of the Setting stands until then), and until the Setting exists it reads as this value")
 	// zap registers Go flags (--zap-log-level, --zap-encoder, ...); structured JSON by default.
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)

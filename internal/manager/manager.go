@@ -44,6 +44,7 @@ import (
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/policyprobe"
 	"github.com/kvcache-operator/kvcache/operator/pool"
+	"github.com/kvcache-operator/kvcache/operator/settings"
 	"github.com/kvcache-operator/kvcache/operator/storeview"
 	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/vocab"
@@ -99,7 +100,7 @@ type Options struct {
 	// EngineScrapeInterval is the least time between two reads of one engine Pod's counters;
 	// operator.DefaultEngineScrapeInterval when zero.
 	EngineScrapeInterval time.Duration
-	// Settings is the Setting catalog with the release's values (ParseSettings): every replica
+	// Settings is the Setting catalog with the release's values (settings.Parse): every replica
 	// creates the entries missing at its start, and the elected one keeps them (recreates a
 	// deleted one, applies a value the release changed); until an entry exists, the webhooks
 	// and controllers read it as the release's value. Empty: the catalog is left to others.
@@ -220,7 +221,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 		}
 		srv.Options.TLSOpts = append(srv.Options.TLSOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
 	}
-	if err := registerWebhooks(mgr, r, catalogOf(mgr, o)); err != nil {
+	if err := registerWebhooks(mgr, r, settings.New(mgr, o.Settings)); err != nil {
 		return err
 	}
 	return mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
@@ -238,7 +239,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options, r *generator.Renderer) error {
 	})
 }
 
-func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer, cat *settingCatalog) error {
+func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer, cat *settings.Catalog) error {
 	m, err := webhook.NewMetrics(metrics.Registry)
 	if err != nil {
 		return err
@@ -246,7 +247,7 @@ func registerWebhooks(mgr ctrl.Manager, r *generator.Renderer, cat *settingCatal
 
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	// Every admission reads the manager's cache first and the API server only on a miss.
-	reader := objects.Cluster{Cached: cat.reader(mgr.GetClient()), Live: cat.reader(mgr.GetAPIReader())}
+	reader := objects.Cluster{Cached: cat.Reader(mgr.GetClient()), Live: cat.Reader(mgr.GetAPIReader())}
 	srv := mgr.GetWebhookServer()
 	srv.Register(PathPodInject, &admission.Webhook{Handler: m.Instrument("pod-inject", webhook.NewPodMutator(injection.New(r), reader))})
 	srv.Register(PathPodFreeze, &admission.Webhook{Handler: m.Instrument("pod-freeze", webhook.NewPodFreeze(decoder))})
@@ -369,9 +370,9 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 		poll = pool.DefaultPollInterval
 	}
 	view := &storeview.View{MaxAge: poll, Metrics: m}
-	cat := catalogOf(mgr, o)
+	cat := settings.New(mgr, o.Settings)
 	if err := (&backend.Reconciler{
-		Client: cat.wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
+		Client: cat.Wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
 		OperatorNamespace: o.Namespace, MetricsFrom: o.MetricsFrom, Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return err
@@ -393,12 +394,12 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 		return err
 	}
 	if cat != nil {
-		if err := cat.setupWithManager(mgr); err != nil {
+		if err := cat.SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}
 	return (&modeldeployment.Reconciler{
-		Client: cat.wrap(mgr.GetClient()), Renderer: r, Pods: rendered, Activity: activity,
+		Client: cat.Wrap(mgr.GetClient()), Renderer: r, Pods: rendered, Activity: activity,
 		CacheInUseWindow: o.CacheInUseWindow, Engines: engineReader, HitRateWindow: o.HitRateWindow,
 	}).SetupWithManager(mgr)
 }

@@ -1,4 +1,8 @@
-package manager
+// Package settings owns the Setting catalog a release installs: the Settings the manager was
+// given (--setting, the chart's values) are created when missing and take the release's value
+// when an upgrade changes it (an edit in between stands), and a catalog Setting that does not
+// exist yet reads as the release's value to everything the manager reads through Wrap or Reader.
+package settings
 
 import (
 	"context"
@@ -32,11 +36,11 @@ import (
 // with another value), the new one replaces whatever spec.value holds.
 const AnnotationReleaseValue = "kvcache.gpustack.ai/release-value"
 
-// ParseSettings reads `name=value` pairs (the manager's --setting flags) into the catalog the
+// Parse reads `name=value` pairs (the manager's --setting flags) into the catalog the
 // manager keeps, refusing a name outside the catalog or a value its validator refuses: a release
 // whose values cannot become Settings fails at start, naming the value, rather than leaving the
 // catalog silently incomplete.
-func ParseSettings(pairs []string) (map[string]string, error) {
+func Parse(pairs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range pairs {
 		name, value, ok := strings.Cut(p, "=")
@@ -56,25 +60,26 @@ func ParseSettings(pairs []string) (map[string]string, error) {
 	return out, nil
 }
 
-// settingCatalog keeps the Setting catalog present with the release's values: a missing entry
+// Catalog keeps the Setting catalog present with the release's values: a missing entry
 // (a fresh install, or a user deleted it) is created, and a release value that changed replaces
 // the previous one. The controller runs on the elected replica; every replica also creates the
 // entries that are missing (createMissing), so an install has its catalog as soon as one
 // replica serves the Setting webhook, without waiting for an election (up to a Lease duration
 // when a previous manager's Lease is still there).
-type settingCatalog struct {
+type Catalog struct {
 	client client.Client
 	// live reads the API server directly: at start the cache may not have synced.
 	live   client.Reader
 	values map[string]string
 }
 
-// catalogOf is the catalog of the release's Settings; nil when the manager was given none.
-func catalogOf(mgr ctrl.Manager, o Options) *settingCatalog {
-	if len(o.Settings) == 0 {
+// New is the catalog of the release's Settings (name to value, as Parse reads them); nil when the
+// manager was given none, which every method takes as no catalog.
+func New(mgr ctrl.Manager, values map[string]string) *Catalog {
+	if len(values) == 0 {
 		return nil
 	}
-	return &settingCatalog{client: mgr.GetClient(), live: mgr.GetAPIReader(), values: o.Settings}
+	return &Catalog{client: mgr.GetClient(), live: mgr.GetAPIReader(), values: values}
 }
 
 // createMissing runs on every replica: it creates each catalog entry that does not exist, at
@@ -83,7 +88,7 @@ func catalogOf(mgr ctrl.Manager, o Options) *settingCatalog {
 // It never changes an existing Setting: that is the elected replica's, so replicas of two
 // releases never take turns.
 type createMissing struct {
-	*settingCatalog
+	*Catalog
 	informers cache.Informers // the manager's cache, which every replica starts
 }
 
@@ -145,7 +150,7 @@ func (c createMissing) createAbsent(ctx context.Context, l logr.Logger, names []
 	return still
 }
 
-func (r *settingCatalog) names() []string {
+func (r *Catalog) names() []string {
 	names := make([]string, 0, len(r.values))
 	for n := range r.values {
 		names = append(names, n)
@@ -155,7 +160,7 @@ func (r *settingCatalog) names() []string {
 }
 
 // desired is the Setting as the release creates it.
-func (r *settingCatalog) desired(name string) *kvv1.Setting {
+func (r *Catalog) desired(name string) *kvv1.Setting {
 	return &kvv1.Setting{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -170,8 +175,10 @@ func (r *settingCatalog) desired(name string) *kvv1.Setting {
 // the manager's own replicas, may not answer yet.
 const retryCatalog = time.Second
 
-func (r *settingCatalog) setupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.Add(createMissing{settingCatalog: r, informers: mgr.GetCache()}); err != nil {
+// SetupWithManager registers the catalog's controller (on the elected replica) and the creation
+// of missing entries (on every replica).
+func (r *Catalog) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.Add(createMissing{Catalog: r, informers: mgr.GetCache()}); err != nil {
 		return err
 	}
 	names := r.names()
@@ -190,7 +197,7 @@ func (r *settingCatalog) setupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-func (r *settingCatalog) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Catalog) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	want, ok := r.values[req.Name]
 	if !ok {
 		return ctrl.Result{}, nil
@@ -231,7 +238,7 @@ func (r *settingCatalog) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // get reads key into obj through r, except that a catalog Setting that does not exist reads as
 // the release's value: the manager knows the catalog, so the moment between an install (or a
 // user deleting an entry) and the Setting being there is not a state anyone reads differently.
-func (r *settingCatalog) get(ctx context.Context, rd client.Reader, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (r *Catalog) get(ctx context.Context, rd client.Reader, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	err := rd.Get(ctx, key, obj, opts...)
 	s, isSetting := obj.(*kvv1.Setting)
 	if !isSetting || !apierrors.IsNotFound(err) || key.Namespace != "" {
@@ -244,36 +251,36 @@ func (r *settingCatalog) get(ctx context.Context, rd client.Reader, key client.O
 	return nil
 }
 
-// catalogReader is a client.Reader whose Settings read as settingCatalog.get says.
+// catalogReader is a client.Reader whose Settings read as Catalog.get says.
 type catalogReader struct {
 	client.Reader
-	catalog *settingCatalog
+	catalog *Catalog
 }
 
 func (c catalogReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	return c.catalog.get(ctx, c.Reader, key, obj, opts...)
 }
 
-// catalogClient is a client.Client whose Settings read as settingCatalog.get says.
+// catalogClient is a client.Client whose Settings read as Catalog.get says.
 type catalogClient struct {
 	client.Client
-	catalog *settingCatalog
+	catalog *Catalog
 }
 
 func (c catalogClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	return c.catalog.get(ctx, c.Client, key, obj, opts...)
 }
 
-// wrap and reader wrap what the controllers and webhooks read through; without a catalog they
+// Wrap and Reader wrap what the controllers and webhooks read through; without a catalog they
 // return them unchanged.
-func (r *settingCatalog) wrap(c client.Client) client.Client {
+func (r *Catalog) Wrap(c client.Client) client.Client {
 	if r == nil {
 		return c
 	}
 	return catalogClient{Client: c, catalog: r}
 }
 
-func (r *settingCatalog) reader(rd client.Reader) client.Reader {
+func (r *Catalog) Reader(rd client.Reader) client.Reader {
 	if r == nil {
 		return rd
 	}

@@ -1,7 +1,6 @@
-package manager
+package settings
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -10,8 +9,8 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 )
 
-func TestParseSettings(t *testing.T) {
-	got, err := ParseSettings([]string{
+func TestParse(t *testing.T) {
+	got, err := Parse([]string{
 		kvv1.SettingKVCacheBackendImage + "=registry.example/mooncake:0.3.13.post1-cpu",
 		kvv1.SettingKVCacheDtypeOwned + "=false",
 	})
@@ -33,21 +32,9 @@ func TestParseSettings(t *testing.T) {
 		{"given twice", []string{kvv1.SettingKVCacheDtypeOwned + "=true", kvv1.SettingKVCacheDtypeOwned + "=false"}, "given twice"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseSettings(c.pairs)
+			_, err := Parse(c.pairs)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
-}
-
-func TestUninstallRefusalNamesEveryObjectAndTheWayBack(t *testing.T) {
-	err := uninstallRefused([]Blocker{
-		{Kind: "KVCachePoolBinding", Namespace: "team-a", Name: "team-a", Deleting: true},
-		{Kind: "KVCacheBackend", Name: "mooncake-dram"},
-	}, "kvcache-system/kvcache", 3)
-	require.Error(t, err)
-	msg := err.Error()
-	assert.Contains(t, msg, "  KVCachePoolBinding team-a/team-a (deleting)\n  KVCacheBackend mooncake-dram\n")
-	assert.Contains(t, msg, "helm rollback kvcache 3 -n kvcache-system")
-	assert.False(t, strings.Contains(uninstallRefused(nil, "", 0).Error(), "helm rollback"), "no release, no rollback to name")
 }
