@@ -257,6 +257,10 @@ func (s stats) String() string {
 }
 
 // median of the series (the upper one of an even count).
+func (s stats) best() time.Duration {
+	return slices.Min(s)
+}
+
 func (s stats) median() time.Duration {
 	d := slices.Clone(s)
 	slices.Sort(d)
