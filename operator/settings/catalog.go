@@ -197,6 +197,8 @@ func (r *Catalog) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// Reconcile creates one catalog Setting when it is missing, and gives it the release's value when
+// the release changed that value since it last applied it.
 func (r *Catalog) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	want, ok := r.values[req.Name]
 	if !ok {
@@ -271,8 +273,8 @@ func (c catalogClient) Get(ctx context.Context, key client.ObjectKey, obj client
 	return c.catalog.get(ctx, c.Client, key, obj, opts...)
 }
 
-// Wrap and Reader wrap what the controllers and webhooks read through; without a catalog they
-// return them unchanged.
+// Wrap wraps a client the controllers read through so that a missing catalog Setting reads as the
+// release's value; without a catalog it returns the client unchanged.
 func (r *Catalog) Wrap(c client.Client) client.Client {
 	if r == nil {
 		return c
@@ -280,6 +282,7 @@ func (r *Catalog) Wrap(c client.Client) client.Client {
 	return catalogClient{Client: c, catalog: r}
 }
 
+// Reader is Wrap for a reader (the webhooks' cached and live reads).
 func (r *Catalog) Reader(rd client.Reader) client.Reader {
 	if r == nil {
 		return rd
