@@ -85,6 +85,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/cluster: using the running cluster (left running; the failed-up and host checks run only on a cluster the suite starts)")
 	}
 	code := runTests(m)
+	writeFigures()
 	if started && os.Getenv("KVCACHE_CLUSTER_KEEP") == "" {
 		// A teardown that leaves the host changed is a failure too.
 		t0 := time.Now()
@@ -252,4 +253,24 @@ func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// figuresFile is where the suite leaves what it measured, passed or failed: go test shows a
+// passing package's log only with -v, and make test runs without it (.ci/run prints the file).
+const figuresFile = "_output/test-cluster-figures.txt"
+
+func writeFigures() {
+	path := filepath.Join(env.repo, figuresFile)
+	if len(figures) == 0 {
+		_ = os.Remove(path) // not an earlier run's
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+		err = os.WriteFile(path, []byte(strings.Join(figures, "\n")+"\n"), 0o644)
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "test/cluster: %d figures in %s\n", len(figures), figuresFile)
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "test/cluster: the figures could not be written to %s\n", figuresFile)
 }
