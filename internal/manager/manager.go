@@ -364,7 +364,8 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	// ModelDeployment controllers, so a Pod both report on is read once per interval.
 	engineReader := &operator.EngineReader{Interval: o.EngineScrapeInterval}
 	// One view of each master's ledger for the pool and Binding controllers: read once per
-	// poll whichever asks first, dropped after each of their writes.
+	// poll whichever asks first, dropped after each of their writes. The backend reconciler
+	// hands it each read of a master's /metrics, so that is read once per poll for all three.
 	poll := o.PollInterval
 	if poll == 0 {
 		poll = pool.DefaultPollInterval
@@ -373,7 +374,7 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	cat := settings.New(mgr, o.Settings)
 	if err := (&backend.Reconciler{
 		Client: cat.Wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
-		OperatorNamespace: o.Namespace, MetricsFrom: o.MetricsFrom, Admin: admin, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+		OperatorNamespace: o.Namespace, MetricsFrom: o.MetricsFrom, Admin: admin, View: view, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

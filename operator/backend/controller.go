@@ -40,6 +40,7 @@ import (
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/objects"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/storeview"
 	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/vocab"
 )
@@ -67,6 +68,9 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Admin returns the admin client of a backend's store (tests point it elsewhere).
 	Admin func(b *kvv1.KVCacheBackend) store.Admin
+	// View, when set, is handed each read of a master's /metrics, which answers the pool and
+	// Binding controllers' reads of the tenants' figures for its freshness.
+	View *storeview.View
 	// Recorder emits the events an operator must notice.
 	Recorder events.EventRecorder
 	// Metrics counts store scrape failures.

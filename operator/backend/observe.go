@@ -15,6 +15,7 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/generator"
 	"github.com/kvcache-operator/kvcache/operator"
+	"github.com/kvcache-operator/kvcache/operator/storeview"
 	"github.com/kvcache-operator/kvcache/store"
 	"github.com/kvcache-operator/kvcache/values"
 )
@@ -88,7 +89,15 @@ func (r *Reconciler) readStore(ctx context.Context, s *state) storeReading {
 		return rd
 	}
 	rd.metricsRead = true
-	if rd.metrics, rd.metricsErr = admin.Metrics(ctx); rd.metricsErr != nil {
+	var shared storeview.Reading
+	if r.View != nil {
+		shared = r.View.BeginRead(storeview.Master{Backend: b, Admin: admin})
+	}
+	if rd.metrics, rd.metricsErr = admin.Metrics(ctx); rd.metricsErr == nil && r.View != nil {
+		// The pool and Binding controllers take their tenants' figures from this read.
+		r.View.Saw(shared, rd.metrics, time.Now())
+	}
+	if rd.metricsErr != nil {
 		r.Metrics.ScrapeFailed(b.Name, "metrics", rd.metricsErr)
 	} else if rd.master = r.masters.observe(b.UID, rd.metrics.CounterSum, rd.health.ViewVersion, s.now); rd.master == previousMaster {
 		return rd

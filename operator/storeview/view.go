@@ -1,7 +1,9 @@
 // Package storeview is the operator's one view of each master's tenant ledger, shared by the
 // pool controller and the Binding controller: the ledger (GET tenant_quotas) and the per-tenant
 // figures (GET /metrics) are read at most once per MaxAge per master, whichever controller asks
-// first, and every other reader is answered from that read. A master is named by its backend's
+// first, and every other reader is answered from that read. The backend reconciler reads
+// /metrics every poll for the store's own figures and hands its read over (BeginRead, Saw), so a
+// master's /metrics is read once per poll for all three. A master is named by its backend's
 // UID and its admin endpoint, so a backend created again under its name, or one whose endpoint
 // moved, is never answered with the other master's figures.
 //
@@ -232,6 +234,37 @@ func (v *View) Figures(ctx context.Context, m Master) Figures {
 	}
 	v.mu.Unlock()
 	return f.copy()
+}
+
+// Reading is a read of a master's /metrics that another controller makes for its own ends (the
+// backend reconciler, every poll): begun with BeginRead, handed over with Saw, so the pool and
+// Binding controllers take the tenants' figures from it instead of asking the master again.
+type Reading struct {
+	m   Master
+	e   *master
+	gen uint64
+}
+
+// BeginRead marks the start of a read of m's /metrics by its caller.
+func (v *View) BeginRead(m Master) Reading {
+	e := v.entry(m)
+	return Reading{m: m, e: e, gen: v.generation(e)}
+}
+
+// Saw keeps what the read returned as the master's per-tenant figures, read at at, unless the
+// operator wrote the master's ledger since the read began (what it read may predate the write)
+// or a later read is kept already. A failed read is not kept: the readers ask again themselves.
+func (v *View) Saw(r Reading, mt store.Metrics, at time.Time) {
+	f := Figures{At: at, Tenants: mt.Tenants}
+	if f.Tenants == nil {
+		f.Tenants = map[string]store.TenantMetrics{}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if r.e.gen != r.gen || (r.e.figures != nil && r.e.figures.At.After(at)) {
+		return
+	}
+	r.e.figures = &f
 }
 
 func (v *View) cachedFigures(e *master) (Figures, bool) {

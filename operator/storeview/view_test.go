@@ -334,3 +334,30 @@ func TestNotesAreKeptPerMasterAndTenant(t *testing.T) {
 	v.Clear(a, "team-a-chat")
 	assert.Empty(t, v.Notes(a))
 }
+
+// The backend reconciler's read of /metrics answers the pool and Binding controllers: the
+// master is not asked again within MaxAge; a read that began before a ledger write is not kept.
+func TestAReadHandedOverAnswersTheOtherReaders(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	admin := &fakeAdmin{endpoint: "http://a:9003", tenants: map[string]store.Tenant{}, figures: map[string]store.TenantMetrics{"team-a": {ChargedBytes: 1}}}
+	m := Master{Backend: &kvv1.KVCacheBackend{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: types.UID("u")}}, Admin: admin}
+	v := &View{MaxAge: 15 * time.Second, Clock: func() time.Time { return now }}
+
+	r := v.BeginRead(m)
+	v.Saw(r, store.Metrics{Tenants: map[string]store.TenantMetrics{"team-a": {ChargedBytes: 7}}}, now)
+	f := v.Figures(context.Background(), m)
+	require.NoError(t, f.Err)
+	assert.Equal(t, int64(7), f.Tenants["team-a"].ChargedBytes, "the handed-over read")
+	assert.Zero(t, admin.metricsReads.Load(), "the master was not asked again")
+
+	r = v.BeginRead(m)
+	v.Wrote(m)
+	v.Saw(r, store.Metrics{Tenants: map[string]store.TenantMetrics{"team-a": {ChargedBytes: 8}}}, now)
+	f = v.Figures(context.Background(), m)
+	assert.Equal(t, int64(1), f.Tenants["team-a"].ChargedBytes, "a read begun before the write is not kept: the master is asked")
+	assert.Equal(t, int32(1), admin.metricsReads.Load())
+
+	r = v.BeginRead(m)
+	v.Saw(r, store.Metrics{Tenants: map[string]store.TenantMetrics{"team-a": {ChargedBytes: 9}}}, now.Add(-time.Second))
+	assert.Equal(t, int64(1), v.Figures(context.Background(), m).Tenants["team-a"].ChargedBytes, "an older read does not replace a newer one")
+}
