@@ -21,11 +21,11 @@ help:
 
 ## build: the kvcache binary in bin/
 build:
-	go build -o bin/kvcache ./cmd/kvcache
+	go build -buildvcs=auto -o bin/kvcache ./cmd/kvcache
 
 ## demo: render the built-in walkthrough example (no cluster needed)
 demo:
-	go run ./cmd/kvcache render
+	@go run ./cmd/kvcache render
 
 ## generate: deepcopy and CRDs from api/v1 (controller-gen), the engine support table and its
 ## matrix in the docs from engines/releases.json; never edit their output by hand

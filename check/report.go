@@ -66,16 +66,22 @@ func (r *Report) Counts() map[Level]int {
 // Write prints the report as a table (one finding per line, the fix after the message), JSON or
 // YAML.
 func (r *Report) Write(w io.Writer, format string) error {
+	c := r.Counts()
+	// What a script reads first: the counts, beside the findings they count.
+	doc := struct {
+		Findings []Finding `json:"findings"`
+		Summary  Summary   `json:"summary"`
+	}{r.Findings, Summary{Passed: c[Pass], Warnings: c[Warn], Failed: c[Fail]}}
 	switch format {
 	case "json":
-		b, err := json.MarshalIndent(r, "", "  ")
+		b, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	case "yaml":
-		b, err := yaml.Marshal(r)
+		b, err := yaml.Marshal(doc)
 		if err != nil {
 			return err
 		}
@@ -94,11 +100,17 @@ func (r *Report) Write(w io.Writer, format string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		c := r.Counts()
-		_, err := fmt.Fprintf(w, "%d passed, %d warnings, %d failed\n", c[Pass], c[Warn], c[Fail])
+		_, err := fmt.Fprintf(w, "%d passed, %s, %d failed\n", c[Pass], fmt.Sprintf("%d %s", c[Warn], plural(c[Warn], "warning", "warnings")), c[Fail])
 		return err
 	}
 	return fmt.Errorf("output %q: use table, json or yaml", format)
+}
+
+// Summary counts a report's findings by level.
+type Summary struct {
+	Passed   int `json:"passed"`
+	Warnings int `json:"warnings"`
+	Failed   int `json:"failed"`
 }
 
 // sentence makes a message end the way the report's lines do.

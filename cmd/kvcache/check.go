@@ -52,6 +52,14 @@ cluster holds and as a create otherwise, and the injection of every opted-in Pod
 template; a Pod or template that carries the injection annotations with an inject label other
 than "true" fails, since no webhook ever sees it. List documents (kubectl get -o yaml) are read
 item by item.`,
+		Example: `  # The whole installation: webhooks, Leases, stores, Bindings, injected Pods, ModelDeployments
+  kvcache check -A
+
+  # Manifests before they are applied, against the objects the cluster holds
+  kvcache check -f chat.yaml --live -n team-a
+
+  # The same offline, against files, as JSON
+  kvcache check -f chat.yaml --cluster binding.yaml --cluster pool.yaml --cluster backend.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: o.run,
 	}

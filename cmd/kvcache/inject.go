@@ -51,6 +51,11 @@ KVCacheBackends and Settings. A pool without status gets the status the operator
 
 A refused Pod exits 1 with "refused: <kind>/<name>: <message>" on stderr and nothing on stdout.
 Admission warnings are printed on stderr as "warning: ...".`,
+		Example: `  # What the webhook writes into a Deployment's Pods, judged against files of the cluster's objects
+  kvcache inject -f chat.yaml --cluster binding.yaml --cluster pool.yaml --cluster backend.yaml -n team-a
+
+  # Against the objects a live cluster holds, as the webhook itself answers
+  kubectl -n team-a create --dry-run=server -f chat.yaml -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: printOnSuccess(o.run),
 	}

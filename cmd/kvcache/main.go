@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -37,28 +40,73 @@ func invalidErrorf(format string, a ...any) error {
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// versionString is the release version set at build time; a build without one (make build, go
+// install) says which commit it was built from, as the Go toolchain recorded it.
+func versionString() string {
+	if version != "dev" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	var parts []string
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		parts = append(parts, "commit "+rev[:min(12, len(rev))])
+		if settings["vcs.modified"] == "true" {
+			parts = append(parts, "with uncommitted changes")
+		}
+		if t := settings["vcs.time"]; t != "" {
+			parts = append(parts, "committed "+t)
+		}
+	}
+	parts = append(parts, "built with "+bi.GoVersion)
+	return version + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// storePodCommands run inside the store's Pods, started by what the operator renders; they are
+// left out of the command list a user reads (each still answers --help).
+var storePodCommands = []string{"elect", "copy-self", "drain-member", "member-run"}
+
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "kvcache",
-		Short:         "kvcache-operator: a shared Mooncake KV cache for LLM inference engines on Kubernetes",
+		Use:   "kvcache",
+		Short: "kvcache-operator: a shared Mooncake KV cache for LLM inference engines on Kubernetes",
+		Long: `kvcache-operator: a shared Mooncake KV cache for LLM inference engines on Kubernetes.
+
+render and inject print, for review, exactly what the operator and its admission webhook write;
+check diagnoses a live installation or manifests; manager runs the operator (the chart starts it).
+The commands the store's own Pods run (` + strings.Join(storePodCommands, ", ") + `) are not listed; each
+answers --help.`,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErrorf("%v", err) })
 	root.AddCommand(newRenderCommand(), newInjectCommand(), newManagerCommand(), newVersionCommand(), newElectCommand(), newCopySelfCommand(), newDrainMemberCommand(), newCheckCommand(), newMemberRunCommand())
+	for _, c := range root.Commands() {
+		if slices.Contains(storePodCommands, c.Name()) {
+			c.Hidden = true
+		}
+	}
 	return root
 }
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version (the same as --version)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
 			return err
 		},
 	}

@@ -29,7 +29,11 @@ func newManagerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "manager",
 		Short: "Run the operator: admission webhooks on every replica, controllers on the elected one",
-		Args:  cobra.NoArgs,
+		Example: `  # As the chart runs it (helm install sets these from its values)
+  kvcache manager --leader-elect --namespace kvcache-system --system-namespace gpustack-system \
+    --cert-mode self --cert-secret-name kvcache-webhook-cert --webhook-service kvcache-webhook \
+    --webhook-config-name kvcache`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 			var cfg *rest.Config

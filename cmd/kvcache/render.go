@@ -33,6 +33,14 @@ the KVCacheBackend, KVCachePool, KVCachePoolBinding, ModelDeployment, InstanceTy
 objects given with -f. Without -f it renders the built-in walkthrough example.
 
 The output is what the operator applies: both call the same renderer.`,
+		Example: `  # What the built-in walkthrough becomes (a store, a pool, a Binding, a ModelDeployment)
+  kvcache render
+
+  # Your own manifests, for a store in another namespace, as JSON
+  kvcache render -f backend.yaml -f pool.yaml --system-namespace kv-system -o json
+
+  # From stdin
+  kubectl get kvcb mooncake-dram -o yaml | kvcache render -f -`,
 		Args: cobra.NoArgs,
 		RunE: printOnSuccess(o.run),
 	}
