@@ -21,6 +21,9 @@ type PodInput struct {
 	Object    string
 	Namespace string
 	Pod       *corev1.Pod
+	// Misplaced says why a workload that carries the opt-in on its own metadata is not injected
+	// (injection.Misplaced); "" otherwise.
+	Misplaced string
 }
 
 // Offline reports what the admission webhooks would answer if the manifests were applied to a
@@ -54,7 +57,9 @@ func Offline(ctx context.Context, a rules.Apply, pods []PodInput, inj *injection
 	all := objects.NewFiles(a.Applied(), a.Options)
 	for _, p := range pods {
 		if !injection.OptedIn(p.Pod) {
-			if w := injection.LeftAlone(p.Pod); w != "" {
+			if w := p.Misplaced; w != "" {
+				r.fail("injection", p.Object, sentence(w), "")
+			} else if w := injection.LeftAlone(p.Pod); w != "" {
 				r.fail("injection", p.Object, sentence(w), "")
 			}
 			continue

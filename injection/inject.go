@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
@@ -77,6 +78,37 @@ func LeftAlone(pod *corev1.Pod) string {
 		return fmt.Sprintf("%s is an annotation here, and the opt-in is a label (a webhook's objectSelector matches labels only): the Pod is never injected though it %s; move it to metadata.labels with the value \"true\"", vocab.LabelInject, carries)
 	}
 	return ""
+}
+
+// Misplaced says why a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob)
+// whose own metadata carries the opt-in label or an annotation of the contract is never
+// injected when its Pod template opts in to nothing: the webhook sees the Pods the workload
+// creates, whose labels and annotations are the template's (at templatePath). "" when the
+// template opts in or out itself, or the workload's metadata carries no key of the contract. kvcache inject
+// warns and kvcache check fails, since neither admission nor the workload says anything.
+func Misplaced(kind string, workload metav1.Object, template *corev1.Pod, templatePath string) string {
+	if v, ok := template.Labels[vocab.LabelInject]; ok && (v == "true" || v == "false") {
+		return "" // the template opts in, or out, itself
+	}
+	var keys []string
+	if v, ok := workload.GetLabels()[vocab.LabelInject]; ok {
+		keys = append(keys, fmt.Sprintf("the label %s: %q", vocab.LabelInject, v))
+	}
+	var annotations []string
+	for k := range workload.GetAnnotations() {
+		if strings.HasPrefix(strings.ToLower(k), vocab.Prefix) {
+			annotations = append(annotations, k)
+		}
+	}
+	sort.Strings(annotations)
+	if len(annotations) > 0 {
+		keys = append(keys, "the annotations "+strings.Join(annotations, ", "))
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the %s's own metadata carries %s, which the webhook never reads: it injects the Pods the %s creates, whose labels and annotations come from %s.metadata; move them there (the label %s: \"true\" under %s.metadata.labels)",
+		kind, strings.Join(keys, " and "), kind, templatePath, vocab.LabelInject, templatePath)
 }
 
 // Inject decides a Pod: the patch that gives it its engine's client configuration, with the

@@ -113,7 +113,7 @@ func (o *checkOptions) run(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if report.Failed() {
-		return &exitError{code: exitInvalid, msg: fmt.Sprintf("check: %d findings FAIL", report.Counts()[check.Fail])}
+		return &exitError{code: exitInvalid, msg: failedSummary(report.Counts()[check.Fail])}
 	}
 	return nil
 }
@@ -144,7 +144,7 @@ func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*chec
 			return nil, err
 		}
 		if h != nil {
-			pods = append(pods, check.PodInput{Object: h.gvk.Kind + "/" + h.namespace + "/" + h.name, Namespace: h.namespace, Pod: h.pod})
+			pods = append(pods, check.PodInput{Object: h.gvk.Kind + "/" + h.namespace + "/" + h.name, Namespace: h.namespace, Pod: h.pod, Misplaced: h.misplaced})
 		}
 	}
 	creates, err := readAPIInput(apiDocs)
@@ -206,4 +206,12 @@ func (o *checkOptions) live(cmd *cobra.Command, r *generator.Renderer) (*check.R
 	return check.Live(cmd.Context(), c, check.LiveOptions{
 		SystemNamespace: o.systemNamespace, Namespace: ns, Injector: injection.New(r),
 	})
+}
+
+// failedSummary is check's closing line on stderr when findings fail.
+func failedSummary(n int) string {
+	if n == 1 {
+		return "check: 1 finding failed"
+	}
+	return fmt.Sprintf("check: %d findings failed", n)
 }

@@ -173,6 +173,9 @@ func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects
 		return keep, "", nil, err
 	}
 	if !injection.OptedIn(h.pod) {
+		if w := h.misplaced; w != "" {
+			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, nil
+		}
 		if w := injection.LeftAlone(h.pod); w != "" {
 			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, nil
 		}
@@ -235,6 +238,9 @@ type podHolder struct {
 	name      string
 	gvk       schema.GroupVersionKind
 	json      []byte
+	// misplaced says why a workload whose own metadata carries the opt-in is not injected
+	// (injection.Misplaced); "" otherwise.
+	misplaced string
 }
 
 // decodePodHolder reads a document as one of the kinds that hold a Pod template; nil for any
@@ -265,7 +271,11 @@ func decodePodHolder(d document, namespace string) (*podHolder, error) {
 	}
 	pod := &corev1.Pod{ObjectMeta: *objMeta.DeepCopy(), Spec: *spec.DeepCopy()}
 	pod.Namespace = ns
-	return &podHolder{pod: pod, namespace: ns, name: name, gvk: gvk, json: j}, nil
+	h := &podHolder{pod: pod, namespace: ns, name: name, gvk: gvk, json: j}
+	if path := podTemplatePointer(gvk.Kind); path != "" {
+		h.misplaced = injection.Misplaced(gvk.Kind, top, pod, strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", "."))
+	}
+	return h, nil
 }
 
 // marshalDocs writes the documents in input order: unchanged ones byte for byte (YAML) and

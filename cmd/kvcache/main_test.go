@@ -47,3 +47,27 @@ func TestEveryUserCommandHasExamples(t *testing.T) {
 		assert.Regexp(t, `\n  kvcache `+c+`[ \n]`, out[i:], "%s --help's examples run it", c)
 	}
 }
+
+// An opt-in on a Deployment's own metadata: inject passes the file through unchanged, as the
+// webhook would leave the Pods, and says where the label and annotations belong.
+func TestInjectNamesAnOptInOnTheWorkloadItself(t *testing.T) {
+	in := `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: chat
+  namespace: team-a
+  labels: {kvcache.gpustack.ai/inject: "true"}
+spec:
+  selector: {matchLabels: {app: chat}}
+  template:
+    metadata: {labels: {app: chat}}
+    spec:
+      containers: [{name: server, image: vllm/vllm-openai:v0.29.0, command: [vllm]}]
+`
+	code, out, errOut := kvcache(t, in, "inject", "-f", "-")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "name: chat")
+	assert.NotContains(t, out, "kvcache.gpustack.ai/injected")
+	assert.Contains(t, errOut, "warning: Deployment/chat: the Deployment's own metadata carries the label kvcache.gpustack.ai/inject: \"true\"")
+	assert.Contains(t, errOut, "under spec.template.metadata.labels")
+}
