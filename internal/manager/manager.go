@@ -41,6 +41,7 @@ import (
 	"github.com/kvcache-operator/kvcache/operator"
 	"github.com/kvcache-operator/kvcache/operator/backend"
 	"github.com/kvcache-operator/kvcache/operator/binding"
+	"github.com/kvcache-operator/kvcache/operator/members"
 	"github.com/kvcache-operator/kvcache/operator/modeldeployment"
 	"github.com/kvcache-operator/kvcache/operator/policyprobe"
 	"github.com/kvcache-operator/kvcache/operator/pool"
@@ -375,6 +376,11 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 	if err := (&backend.Reconciler{
 		Client: cat.Wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, SystemNamespace: o.SystemNamespace, OperatorImage: o.OperatorImage,
 		OperatorNamespace: o.Namespace, MetricsFrom: o.MetricsFrom, Admin: admin, View: view, Recorder: recorder, Metrics: m, PollInterval: o.PollInterval,
+	}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&members.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SystemNamespace: o.SystemNamespace, Admin: admin, Recorder: recorder, Metrics: m,
 	}).SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 // Package backend reconciles KVCacheBackends: it renders the managed store through the one
 // generator, applies the children with server-side apply (and applies again what someone else
-// changed), prunes what the render no longer produces once nothing still references it,
-// restarts member Pods whose pod spec is stale, and reports the store's state as the store
-// itself reports it (never derived from the spec), a failover or restart of its master
-// included. It writes every field of a backend's status but one: NetworkPolicyEnforced is
-// operator/policyprobe's, a question about the cluster rather than the store.
+// changed), prunes what the render no longer produces once nothing still references it, rolls
+// the leader out and hands it over, and reports the store's state as the store itself reports
+// it (never derived from the spec), a failover or restart of its master and the objects lost
+// included. It writes every field of a backend's status but two: NetworkPolicyEnforced is
+// operator/policyprobe's, a question about the cluster rather than the store, and
+// status.drains is operator/members', which replaces and drains member Pods on the drains'
+// schedule from what this reconciler applies and publishes.
 package backend
 
 import (
@@ -30,7 +32,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -103,7 +104,7 @@ var childKinds = []struct {
 }
 
 // SetupWithManager registers the controller: backends, their children, the pools and Bindings
-// that seed their ledgers and use them, member Pods, the election Lease and the Setting that
+// that seed their ledgers and use them, the store's Pods, the election Lease and the Setting that
 // supplies the default image.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.PollInterval == 0 {
@@ -132,8 +133,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// the NetworkPolicy admits).
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool), builder.WithPredicates(operator.IgnoreStatusUpdates())).
 		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(r.allBackends)).
-		// A node cordoned (or schedulable again) drains (or restarts) the members on it.
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allBackends), builder.WithPredicates(cordonChanged())).
 		Complete(r)
 }
 
@@ -233,7 +232,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.observeWorkloads,
 		r.completeHandover,
 		r.observeStore,
-		r.replaceMembers,
 	} {
 		if err := phase(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -295,8 +293,6 @@ type state struct {
 	memberPods []corev1.Pod
 	// lease is the election Lease (nil: absent, or not electing).
 	lease *coordinationv1.Lease
-	// nodes are the cluster's Nodes by name (a cordoned node's member is drained).
-	nodes map[string]*corev1.Node
 	// reading is what this reconcile read from the store's admin API.
 	reading storeReading
 
@@ -364,14 +360,6 @@ func (r *Reconciler) read(ctx context.Context, s *state) error {
 		s.lease = lease
 	case !apierrors.IsNotFound(err):
 		return err
-	}
-	nodes := &corev1.NodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return err
-	}
-	s.nodes = make(map[string]*corev1.Node, len(nodes.Items))
-	for i := range nodes.Items {
-		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
 	return nil
 }
@@ -641,18 +629,4 @@ func (r *Reconciler) patchStatus(ctx context.Context, before, b *kvv1.KVCacheBac
 		return client.IgnoreNotFound(err)
 	}
 	return nil
-}
-
-// cordonChanged passes a Node whose schedulability changed (kubectl cordon, uncordon, drain).
-func cordonChanged() predicate.Predicate {
-	return predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Node)
-			n, ok2 := e.ObjectNew.(*corev1.Node)
-			return ok1 && ok2 && o.Spec.Unschedulable != n.Spec.Unschedulable
-		},
-	}
 }
