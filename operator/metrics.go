@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/internal/promutil"
-
 	"github.com/kvcache-operator/kvcache/store"
 )
 
@@ -83,14 +83,39 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) Observed(backend string, f BackendFigures) {
 	if m != nil {
 		m.observations.SetBackend(backend, f)
+		m.backendSeen(backend)
 	}
 }
 
 // BackendGone drops a deleted backend's series.
 func (m *Metrics) BackendGone(backend string) {
-	if m != nil {
-		m.observations.ForgetBackend(backend)
+	if m == nil {
+		return
 	}
+	m.observations.ForgetBackend(backend)
+	for _, c := range []*prometheus.CounterVec{m.lostObjects, m.lostBytes, m.failovers, m.failoverKept} {
+		c.DeletePartialMatch(prometheus.Labels{"backend": backend})
+	}
+}
+
+// lossCauses and failoverModes are the label values the loss and failover counters start at 0
+// with, so that a rate or increase over them sees the first loss or failover (a series that
+// appears with its first count shows no increase).
+var (
+	lossCauses    = []string{kvv1.LossMasterRestarted, kvv1.LossMemberLost}
+	failoverModes = []string{string(kvv1.FailoverWarm), string(kvv1.FailoverCold)}
+)
+
+// backendSeen starts a backend's loss and failover counters at 0.
+func (m *Metrics) backendSeen(backend string) {
+	for _, c := range lossCauses {
+		m.lostObjects.WithLabelValues(backend, c)
+		m.lostBytes.WithLabelValues(backend, c)
+	}
+	for _, mode := range failoverModes {
+		m.failovers.WithLabelValues(backend, mode)
+	}
+	m.failoverKept.WithLabelValues(backend)
 }
 
 // BindingObserved replaces a Binding's figures.

@@ -17,6 +17,8 @@ type BackendFigures struct {
 	// MembersRegistered of MembersExpected member Pods have a segment on the master (a managed
 	// store; an external one reports registered segments only).
 	MembersRegistered, MembersExpected *int64
+	// Conditions are the backend's status conditions by type, as True, False or Unknown.
+	Conditions map[string]string
 }
 
 // BindingFigures are a Binding's last observed figures.
@@ -44,7 +46,7 @@ type Observations struct {
 	backends map[string]BackendFigures
 	bindings map[bindingKey]BindingFigures
 
-	up, capacity, used, registered, expected                    *prometheus.Desc
+	up, capacity, used, registered, expected, condition         *prometheus.Desc
 	bindingUsed, bindingEffective, bindingEvicted, inUse, drift *prometheus.Desc
 	promptTokens, storeTokens, hitRatio                         *prometheus.Desc
 }
@@ -70,6 +72,8 @@ func newObservations() *Observations {
 			"Member segments registered with the master (of a managed store: member Pods whose segment the master lists).", backend, nil),
 		expected: prometheus.NewDesc("kvcache_backend_members_expected",
 			"Member Pods of a managed store, each of which should register a segment.", backend, nil),
+		condition: prometheus.NewDesc("kvcache_backend_condition",
+			"1 for the status (True, False, Unknown) each condition of the backend has, 0 for the other two, as of its last reconcile: an alert asks for == 1.", []string{"backend", "condition", "status"}, nil),
 		bindingUsed: prometheus.NewDesc("kvcache_binding_used_bytes",
 			"Bytes the Binding's domain holds in the store (the tenant's charge), as last read.", binding, nil),
 		bindingEffective: prometheus.NewDesc("kvcache_binding_effective_quota_bytes",
@@ -119,7 +123,7 @@ func (o *Observations) ForgetBinding(namespace, name string) {
 
 // Describe implements prometheus.Collector.
 func (o *Observations) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{o.up, o.capacity, o.used, o.registered, o.expected, o.bindingUsed, o.bindingEffective, o.bindingEvicted, o.inUse, o.drift, o.promptTokens, o.storeTokens, o.hitRatio} {
+	for _, d := range []*prometheus.Desc{o.up, o.capacity, o.used, o.registered, o.expected, o.condition, o.bindingUsed, o.bindingEffective, o.bindingEvicted, o.inUse, o.drift, o.promptTokens, o.storeTokens, o.hitRatio} {
 		ch <- d
 	}
 }
@@ -149,6 +153,20 @@ func (o *Observations) Collect(ch chan<- prometheus.Metric) {
 		gauge(o.used, f.UsedBytes, n)
 		gauge(o.registered, f.MembersRegistered, n)
 		gauge(o.expected, f.MembersExpected, n)
+		types := make([]string, 0, len(f.Conditions))
+		for t := range f.Conditions {
+			types = append(types, t)
+		}
+		sort.Strings(types)
+		for _, t := range types {
+			for _, st := range []string{"True", "False", "Unknown"} {
+				v := int64(0)
+				if f.Conditions[t] == st {
+					v = 1
+				}
+				gauge(o.condition, &v, n, t, st)
+			}
+		}
 	}
 	for _, b := range o.bindings {
 		l := []string{b.Namespace, b.Name, b.Pool, b.Domain}

@@ -77,3 +77,36 @@ kvcache_store_up{backend="mooncake-dram"} 1
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// Each condition of a backend is a series per status, 1 for the one it has; the loss and
+// failover counters start at 0 when a backend is first observed (so that an increase sees the
+// first loss), and all of a deleted backend's series go.
+func TestABackendsConditionsAndLossCountersAreExported(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	require.NoError(t, err)
+	m.Observed("dram", BackendFigures{Up: true, Conditions: map[string]string{"NetworkPolicyEnforced": "False", "LeaderAvailable": "True"}})
+	want := `
+# HELP kvcache_backend_condition 1 for the status (True, False, Unknown) each condition of the backend has, 0 for the other two, as of its last reconcile: an alert asks for == 1.
+# TYPE kvcache_backend_condition gauge
+kvcache_backend_condition{backend="dram",condition="LeaderAvailable",status="False"} 0
+kvcache_backend_condition{backend="dram",condition="LeaderAvailable",status="True"} 1
+kvcache_backend_condition{backend="dram",condition="LeaderAvailable",status="Unknown"} 0
+kvcache_backend_condition{backend="dram",condition="NetworkPolicyEnforced",status="False"} 1
+kvcache_backend_condition{backend="dram",condition="NetworkPolicyEnforced",status="True"} 0
+kvcache_backend_condition{backend="dram",condition="NetworkPolicyEnforced",status="Unknown"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "kvcache_backend_condition"))
+	require.Equal(t, 2, testutil.CollectAndCount(m.lostObjects), "both causes at 0")
+	require.Equal(t, 2, testutil.CollectAndCount(m.failovers), "both modes at 0")
+	m.Lost("dram", "MemberLost", 3, 3<<20)
+	require.InDelta(t, 3, testutil.ToFloat64(m.lostObjects.WithLabelValues("dram", "MemberLost")), 0)
+
+	m.BackendGone("dram")
+	for _, c := range []prometheus.Collector{m.lostObjects, m.lostBytes, m.failovers, m.failoverKept} {
+		require.Equal(t, 0, testutil.CollectAndCount(c))
+	}
+	n, err := testutil.GatherAndCount(reg, "kvcache_backend_condition")
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

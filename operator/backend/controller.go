@@ -238,6 +238,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	setPhase(b)
+	s.figures.Conditions = map[string]string{}
+	for _, c := range b.Status.Conditions {
+		s.figures.Conditions[c.Type] = string(c.Status)
+	}
 	r.Metrics.Observed(b.Name, s.figures)
 	// Periodic polls yield to events: a store that changes is read before one that is polled.
 	return ctrl.Result{RequeueAfter: nextPoll(b, s.now, r.PollInterval), Priority: ptr.To(handler.LowPriority)}, nil

@@ -87,7 +87,8 @@ func monitoringQueries(t *testing.T) []query {
 					out = append(out, query{"alert " + r.Alert, r.Expr})
 				}
 			}
-			for _, a := range []string{"KVCacheStoreUnreachable", "KVCacheMembersMissing", "KVCacheNotInUse", "KVCacheEvictingAtGrant", "KVCacheAdmissionRefusalsSpiking", "KVCacheOperatorNoLeader"} {
+			for _, a := range []string{"KVCacheStoreUnreachable", "KVCacheMembersMissing", "KVCacheObjectsLost", "KVCacheColdFailover",
+				"KVCacheNetworkPolicyNotEnforced", "KVCacheNotInUse", "KVCacheNotReadBack", "KVCacheEvictingAtGrant", "KVCacheAdmissionRefusalsSpiking", "KVCacheOperatorNoLeader"} {
 				assert.True(t, seen[a], "the chart alerts with %s", a)
 			}
 		}
@@ -376,4 +377,21 @@ func scrape(t *testing.T, port int) map[string]bool {
 		}
 	}
 	return out
+}
+
+// The no-leader alert judges the manager's series being absent only when the chart's own
+// ServiceMonitor scrapes it: without it, absent() would fire wherever nothing scrapes the
+// manager at all.
+func TestTheNoLeaderAlertJudgesAbsenceOnlyWhereTheChartScrapes(t *testing.T) {
+	expr := func(args ...string) string {
+		out := template(t, append([]string{"--set", "metrics.prometheusRule.enabled=true"}, args...)...)
+		_, rest, ok := strings.Cut(out, "alert: KVCacheOperatorNoLeader")
+		require.True(t, ok, "the chart renders KVCacheOperatorNoLeader")
+		_, rest, ok = strings.Cut(rest, "expr: ")
+		require.True(t, ok)
+		line, _, _ := strings.Cut(rest, "\n")
+		return line
+	}
+	assert.NotContains(t, expr(), "absent(", "no ServiceMonitor: the series' absence says nothing")
+	assert.Contains(t, expr("--set", "serviceMonitor.enabled=true"), "absent(", "the chart scrapes: no series is no leader")
 }
