@@ -32,7 +32,9 @@ type PodInput struct {
 // otherwise, and the injection of every opted-in Pod, with the same messages and warnings. A
 // Pod that carries the contract's annotations but an inject label admission never sees
 // (injection.LeftAlone) fails. The Pods resolve against the cluster as the manifests leave it.
-func Offline(ctx context.Context, a rules.Apply, pods []PodInput, inj *injection.Injector) (*Report, error) {
+// missing is added to the finding of a Pod whose Binding, pool or backend neither the manifests
+// nor the cluster's objects hold: where those were read from files, what to pass ("" for none).
+func Offline(ctx context.Context, a rules.Apply, pods []PodInput, inj *injection.Injector, missing string) (*Report, error) {
 	r := &Report{}
 	judged, err := rules.JudgeApply(ctx, a)
 	if err != nil {
@@ -68,7 +70,11 @@ func Offline(ctx context.Context, a rules.Apply, pods []PodInput, inj *injection
 		var rf *injection.Refusal
 		switch {
 		case errors.As(err, &rf):
-			r.fail("injection", p.Object, sentence(rf.Message), "")
+			msg := rf.Message
+			if rf.ObjectMissing() && missing != "" {
+				msg += "; " + missing
+			}
+			r.fail("injection", p.Object, sentence(msg), "")
 			continue
 		case err != nil:
 			return nil, err

@@ -57,7 +57,7 @@ func TestHeldReadsTheClusterAsClusterFilesWouldAndManifestsMeetItAsUpdates(t *te
 	require.NoError(t, err)
 	report, err := Offline(context.Background(), rules.Apply{
 		Cluster: set, Manifests: objects.Set{Bindings: []kvv1.KVCachePoolBinding{*binding("fp8")}}, Options: objects.FileOptions{Defaults: r.Defaults()}, Renderer: r,
-	}, nil, injection.New(r))
+	}, nil, injection.New(r), "")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"FAIL spec.domain.dtype: Forbidden: is immutable (it is bfloat16): workloads sharing the domain read each other's blocks, so they must write the same dtype; create a new KVCachePoolBinding for another domain."},
 		levels(report, "admission"))

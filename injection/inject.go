@@ -534,6 +534,17 @@ var breakReasons = map[string]string{
 	objects.LinkBackend: ReasonBackendNotFound,
 }
 
+// ObjectMissing reports whether the refusal is for a Binding, pool or backend that does not
+// exist: offline, where the objects were read from files, the files may only lack it.
+func (r *Refusal) ObjectMissing() bool {
+	for _, reason := range breakReasons {
+		if r.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
 // The fields that name a Binding, for Resolve's messages.
 const (
 	NamedByAnnotation = "annotation " + vocab.AnnotationBinding

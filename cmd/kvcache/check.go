@@ -169,7 +169,24 @@ func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*chec
 	return check.Offline(cmd.Context(), rules.Apply{
 		Cluster: cluster.set, ClusterModels: cluster.models, Manifests: creates.set, Models: creates.models,
 		Options: fileOptions(o.systemNamespace, r), Renderer: r,
-	}, pods, injection.New(r))
+	}, pods, injection.New(r), o.missingHint())
+}
+
+// missingHint is what a finding of a Binding, pool or backend that is nowhere adds: offline,
+// where the cluster's objects came from --cluster files or from none, how to give them.
+func (o *checkOptions) missingHint() string {
+	if o.liveCluster {
+		return ""
+	}
+	return "kvcache check -f read the cluster's objects from " + clusterFilesRead(o.cluster) + ", not from a cluster: pass them with --cluster FILE, or --live to read the kubeconfig's cluster"
+}
+
+// clusterFilesRead says which --cluster files a command read, for a message.
+func clusterFilesRead(files []string) string {
+	if len(files) == 0 {
+		return "no --cluster file"
+	}
+	return "the --cluster files alone"
 }
 
 // client is an uncached client of the kubeconfig's cluster, with the context's namespace.

@@ -120,6 +120,13 @@ func podTemplatePointer(kind string) string {
 	return "/spec/template"
 }
 
+// missingHint is what a refusal for a Binding, pool or backend adds: inject reads the
+// cluster's objects from --cluster files only.
+func (o *injectOptions) missingHint() string {
+	return "kvcache inject read the cluster's objects from " + clusterFilesRead(o.cluster) +
+		", not from a cluster: pass them with --cluster FILE (kubectl get kvcachepoolbindings,kvcachepools,kvcachebackends,settings -A -o yaml > cluster.yaml)"
+}
+
 func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if o.output != "yaml" && o.output != "json" {
 		return nil, usageErrorf("--output %q: use yaml or json", o.output)
@@ -144,11 +151,13 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 
 	var outs []outDoc
 	var refusals []string
+	var missing bool
 	for _, d := range docs {
-		od, refusal, warns, err := injectDocument(cmd.Context(), inj, lookup, d, o.namespace)
+		od, refusal, warns, miss, err := injectDocument(cmd.Context(), inj, lookup, d, o.namespace)
 		if err != nil {
 			return nil, err
 		}
+		missing = missing || miss
 		for _, w := range warns {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
 		}
@@ -159,55 +168,59 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 		outs = append(outs, od)
 	}
 	if len(refusals) > 0 {
+		if missing {
+			// The refusal lines stay the webhook's own words; where the lookup was offline, this
+			// says so once.
+			refusals = append(refusals, "note: "+o.missingHint())
+		}
 		return nil, invalidErrorf("%s", strings.Join(refusals, "\n"))
 	}
 	return marshalDocs(outs, o.output)
 }
 
-// injectDocument injects one document. It returns the output document, or the refusal line, and
-// the warning lines.
-func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects.Reader, d document, namespace string) (outDoc, string, []string, error) {
+// injectDocument injects one document. It returns the output document, or the refusal line
+// (missing: for a Binding, pool or backend lookup lacks), and the warning lines.
+func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects.Reader, d document, namespace string) (out outDoc, refusal string, warns []string, missing bool, err error) {
 	keep := outDoc{raw: d.raw, list: d.list}
 	h, err := decodePodHolder(d, namespace)
 	if err != nil || h == nil {
-		return keep, "", nil, err
+		return keep, "", nil, false, err
 	}
 	if !injection.OptedIn(h.pod) {
 		if w := h.misplaced; w != "" {
-			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, nil
+			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, false, nil
 		}
 		if w := injection.LeftAlone(h.pod); w != "" {
-			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, nil
+			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, false, nil
 		}
-		return keep, "", nil, nil
+		return keep, "", nil, false, nil
 	}
 	pod, ns, name, gvk, j := h.pod, h.namespace, h.name, h.gvk, h.json
 	res, err := inj.Inject(ctx, pod, ns, lookup)
 	var rf *injection.Refusal
 	if errors.As(err, &rf) {
-		return keep, fmt.Sprintf("refused: %s/%s: %s", gvk.Kind, name, rf.Message), nil, nil
+		return keep, fmt.Sprintf("refused: %s/%s: %s", gvk.Kind, name, rf.Message), nil, rf.ObjectMissing(), nil
 	}
 	if err != nil {
-		return keep, "", nil, err
+		return keep, "", nil, false, err
 	}
-	var warns []string
 	for _, w := range res.Warnings {
 		warns = append(warns, fmt.Sprintf("%s/%s: %s", gvk.Kind, name, w))
 	}
 	if len(res.Patch) == 0 {
-		return keep, "", warns, nil
+		return keep, "", warns, false, nil
 	}
 	// The webhook's own patch, applied where this kind keeps its Pod template: the document is
 	// what the API server stores for the Pod, by construction.
 	patched, err := res.Patch.Apply(j, podTemplatePointer(gvk.Kind))
 	if err != nil {
-		return keep, "", nil, err
+		return keep, "", nil, false, err
 	}
 	var doc map[string]any
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(patched, &doc); err != nil {
-		return keep, "", nil, err
+		return keep, "", nil, false, err
 	}
-	return outDoc{raw: d.raw, obj: doc, list: d.list}, "", warns, nil
+	return outDoc{raw: d.raw, obj: doc, list: d.list}, "", warns, false, nil
 }
 
 // value is the document as a JSON value: the injected object, or the original decoded.

@@ -110,6 +110,8 @@ func TestInjectionGoldens(t *testing.T) {
 					refusals = append(refusals, l)
 				case strings.HasPrefix(l, "warning: "):
 					warns = append(warns, l)
+				case strings.HasPrefix(l, "note: "):
+					// Where the refused lookup read: asserted by TestInjectJSONAndUsage.
 				default:
 					t.Fatalf("unexpected stderr line: %q", l)
 				}
@@ -263,6 +265,8 @@ func TestInjectJSONAndUsage(t *testing.T) {
 	assert.Equal(t, exitInvalid, code, "without --cluster there is no Binding to resolve")
 	assert.Empty(t, out)
 	assert.Contains(t, errOut, `refused: Pod/bench: KVCachePoolBinding "team-a" not found in namespace "team-a"`)
+	assert.Contains(t, errOut, "\nnote: kvcache inject read the cluster's objects from no --cluster file, not from a cluster: pass them with --cluster FILE (kubectl get kvcachepoolbindings,kvcachepools,kvcachebackends,settings -A -o yaml > cluster.yaml)\n",
+		"offline, a missing Binding says where inject looked")
 }
 
 // The injection reference's Deployment names no namespace: like kubectl apply, inject takes it
@@ -279,6 +283,7 @@ func TestInjectTakesTheNamespaceOfUnnamespacedDocumentsFromTheFlag(t *testing.T)
 	assert.Equal(t, exitInvalid, code)
 	assert.Empty(t, out)
 	assert.Contains(t, errOut, `refused: Deployment/chat: KVCachePoolBinding "chat" not found in namespace "default"`)
+	assert.Contains(t, errOut, "note: kvcache inject read the cluster's objects from the --cluster files alone, not from a cluster")
 
 	for _, flag := range []string{"-n", "--namespace"} {
 		code, out, errOut = kvcache(t, input, "inject", "-f", "-", "--cluster", cluster, flag, "team-a")
