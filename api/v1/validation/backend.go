@@ -221,13 +221,13 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 		errs = append(errs, enum(gp.Child("medium"), string(g.Medium), "DRAM", "VRAM")...)
 		if g.CapacityPerMember.Sign() <= 0 {
 			errs = append(errs, field.Invalid(gp.Child("capacityPerMember"), g.CapacityPerMember.String(), "must be greater than zero: it is the segment each member registers, e.g. 8Gi"))
-		} else if e := wholeBytes(gp.Child("capacityPerMember"), g.CapacityPerMember, "8Gi"); e != nil {
+		} else if e := byteCount(gp.Child("capacityPerMember"), g.CapacityPerMember, "8Gi"); e != nil {
 			errs = append(errs, e)
 		}
 		if g.LocalBufferSize != nil && g.LocalBufferSize.Sign() < 0 {
 			errs = append(errs, field.Invalid(gp.Child("localBufferSize"), g.LocalBufferSize.String(), "must not be negative"))
 		} else if g.LocalBufferSize != nil {
-			if e := wholeBytes(gp.Child("localBufferSize"), *g.LocalBufferSize, "128Mi"); e != nil {
+			if e := byteCount(gp.Child("localBufferSize"), *g.LocalBufferSize, "128Mi"); e != nil {
 				errs = append(errs, e)
 			}
 		}

@@ -24,7 +24,7 @@ func ValidatePool(p *kvv1.KVCachePool) field.ErrorList {
 	}
 	if p.Spec.Quota.Total.Sign() <= 0 {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "quota", "total"), p.Spec.Quota.Total.String(), "must be greater than zero, e.g. 16Gi"))
-	} else if e := wholeBytes(field.NewPath("spec", "quota", "total"), p.Spec.Quota.Total, "16Gi"); e != nil {
+	} else if e := byteCount(field.NewPath("spec", "quota", "total"), p.Spec.Quota.Total, "16Gi"); e != nil {
 		errs = append(errs, e)
 	}
 	return errs
@@ -42,7 +42,7 @@ func ValidateBinding(b *kvv1.KVCachePoolBinding, pool *kvv1.KVCachePool) field.E
 	ceiling := b.Spec.Quota.Ceiling
 	if ceiling.Sign() <= 0 {
 		errs = append(errs, field.Invalid(cp, ceiling.String(), "must be greater than zero, e.g. 8Gi"))
-	} else if e := wholeBytes(cp, ceiling, "8Gi"); e != nil {
+	} else if e := byteCount(cp, ceiling, "8Gi"); e != nil {
 		errs = append(errs, e)
 	} else if pool != nil && ceiling.Cmp(pool.Spec.Quota.Total) > 0 {
 		errs = append(errs, field.Invalid(cp, ceiling.String(), fmt.Sprintf("exceeds the total %s of KVCachePool %s; lower the ceiling or raise the pool's spec.quota.total", pool.Spec.Quota.Total.String(), pool.Name)))
