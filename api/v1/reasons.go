@@ -37,6 +37,7 @@ const (
 	ReasonNoObservationAvailable = "NoObservationAvailable"
 	ReasonNoPodReady             = "NoPodReady"
 	ReasonNoPods                 = "NoPods"
+	ReasonNameTaken             = "NameTaken"
 	ReasonNoReplicaReady         = "NoReplicaReady"
 	ReasonNoSegments             = "NoSegments"
 	ReasonNoTenantFigures        = "NoTenantFigures"

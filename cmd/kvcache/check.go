@@ -69,9 +69,9 @@ item by item.`,
 	f.BoolVar(&o.liveCluster, "live", false, "with -f: read the objects the cluster already holds from the kubeconfig's cluster instead of --cluster files")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Bindings, ModelDeployments and Pods to check (default: the context's); with -f, of documents that name none")
+	f.VarP(newNamespaceFlag(&o.namespace, ""), "namespace", "n", "namespace of the Bindings, ModelDeployments and Pods to check (default: the context's); with -f, of documents that name none")
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "check Bindings, ModelDeployments and Pods in every namespace")
-	f.StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace managed stores and the manager's Lease live in")
+	f.Var(newNamespaceFlag(&o.systemNamespace, generator.DefaultSystemNamespace), "system-namespace", "namespace managed stores and the manager's Lease live in")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }

@@ -61,8 +61,8 @@ Admission warnings are printed on stderr as "warning: ...".`,
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to inject (repeatable; - reads stdin)")
 	cmd.Flags().StringArrayVar(&o.cluster, "cluster", nil, "objects the webhook would read: Bindings, pools, backends, Settings (repeatable)")
-	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default", "namespace of documents that name none (as kubectl apply -n would create them)")
-	cmd.Flags().StringVar(&o.systemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace managed stores run in (for derived pool endpoints)")
+	cmd.Flags().VarP(newNamespaceFlag(&o.namespace, "default"), "namespace", "n", "namespace of documents that name none (as kubectl apply -n would create them)")
+	cmd.Flags().Var(newNamespaceFlag(&o.systemNamespace, generator.DefaultSystemNamespace), "system-namespace", "namespace managed stores run in (for derived pool endpoints)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -188,5 +189,27 @@ func (d document) decodeStrict(j []byte, obj any) error {
 		}
 		return fmt.Errorf("%s: %s", d, strings.Join(msgs, "; "))
 	}
+	return nil
+}
+
+// namespaceFlag is a flag that names a namespace: a value no namespace can have (not a DNS-1123
+// label) is refused when the flag is parsed, naming the flag, instead of being rendered into
+// objects the API server refuses.
+type namespaceFlag struct{ v *string }
+
+func newNamespaceFlag(v *string, def string) *namespaceFlag {
+	*v = def
+	return &namespaceFlag{v}
+}
+
+func (f *namespaceFlag) String() string { return *f.v }
+
+func (f *namespaceFlag) Type() string { return "namespace" }
+
+func (f *namespaceFlag) Set(s string) error {
+	if msgs := utilvalidation.IsDNS1123Label(s); len(msgs) > 0 {
+		return fmt.Errorf("%q is not a namespace name: %s", s, strings.Join(msgs, "; "))
+	}
+	*f.v = s
 	return nil
 }

@@ -83,7 +83,7 @@ func newManagerCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.SystemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace managed stores run in; the election Lease lives there too")
+	f.Var(newNamespaceFlag(&o.SystemNamespace, generator.DefaultSystemNamespace), "system-namespace", "namespace managed stores run in; the election Lease lives there too")
 	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "port the admission webhook server listens on")
 	f.StringVar(&o.CertDir, "cert-dir", "", "directory holding tls.crt and tls.key for the webhook server (reloaded when they change); default: the system temp dir's k8s-webhook-server/serving-certs")
 	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "address the Prometheus metrics endpoint binds to (\"0\" disables it)")

@@ -45,7 +45,7 @@ The output is what the operator applies: both call the same renderer.`,
 		RunE: printOnSuccess(o.run),
 	}
 	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifest file to render (repeatable; - reads stdin)")
-	cmd.Flags().StringVar(&o.store.SystemNamespace, "system-namespace", generator.DefaultSystemNamespace, "namespace the managed store runs in")
+	cmd.Flags().Var(newNamespaceFlag(&o.store.SystemNamespace, generator.DefaultSystemNamespace), "system-namespace", "namespace the managed store runs in")
 	cmd.Flags().StringVar(&o.store.OperatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from and member Pods their preStop drain (the manager's --operator-image; default: the chart's)")
 	cmd.Flags().StringVar(&o.store.OperatorNamespace, "operator-namespace", defaultOperatorNamespace(), "the manager's namespace, whose manager Pods the store's NetworkPolicy admits to the admin port (the manager's --namespace; default: the namespace the chart is installed in by default)")
 	cmd.Flags().Var(newPeersValue(&o.store.MetricsFrom), metricsFromFlag, metricsFromUsage)

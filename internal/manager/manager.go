@@ -406,7 +406,7 @@ func registerControllers(mgr ctrl.Manager, o Options, r *generator.Renderer) err
 		}
 	}
 	return (&modeldeployment.Reconciler{
-		Client: cat.Wrap(mgr.GetClient()), Renderer: r, Pods: rendered, Activity: activity,
+		Client: cat.Wrap(mgr.GetClient()), APIReader: mgr.GetAPIReader(), Renderer: r, Pods: rendered, Activity: activity,
 		CacheInUseWindow: o.CacheInUseWindow, Engines: engineReader, HitRateWindow: o.HitRateWindow,
 	}).SetupWithManager(mgr)
 }

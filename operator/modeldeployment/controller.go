@@ -57,6 +57,10 @@ type Reconciler struct {
 	// UsageRefresh is how often status.storeHits is rewritten while it keeps moving;
 	// operator.DefaultUsageRefresh when zero.
 	UsageRefresh time.Duration
+	// APIReader reads a role's Deployment or Service the cache does not hold (only the
+	// operator's own are cached): one of that name that is not this deployment's is never
+	// applied over. Nil: only the cached ones are looked at.
+	APIReader client.Reader
 }
 
 // SetupWithManager registers the controller: deployments, their children, the Bindings they
@@ -127,6 +131,9 @@ func (r *Reconciler) byInstanceType(ctx context.Context, o client.Object) []reco
 	return out
 }
 
+// takenPoll is how often a deployment whose name another object holds looks again.
+const takenPoll = 5 * time.Second
+
 // state is what one reconcile learned.
 type state struct {
 	md         *kvv1.ModelDeployment
@@ -134,7 +141,9 @@ type state struct {
 	attachment *injection.Attachment
 	refusal    *injection.Refusal
 	renderErr  error
-	rendered   []generator.Object
+	// taken says which rendered object's name another object holds (""): none is applied.
+	taken    string
+	rendered []generator.Object
 	deploys    []appsv1.Deployment
 	// pods use the cache: the deployment's Pods (nil when none are seen).
 	pods []operator.PodUse
@@ -155,7 +164,7 @@ type state struct {
 func (s *state) attachable() bool { return s.refusal == nil }
 
 // renderable reports whether the roles rendered.
-func (s *state) renderable() bool { return s.renderErr == nil }
+func (s *state) renderable() bool { return s.renderErr == nil && s.taken == "" }
 
 // Reconcile renders and applies one deployment's roles and reports what it observes.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
@@ -187,6 +196,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}
 	setStatus(s, operator.UsageRefreshOr(r.UsageRefresh))
+	if s.taken != "" {
+		// No event says when the name's holder goes (it need not be the operator's).
+		return ctrl.Result{RequeueAfter: takenPoll}, nil
+	}
 	if s.recheck > 0 {
 		// Waiting for writes: look again when the window ends, and meanwhile as often as the
 		// store is read, since a write does not always move the Binding's status.
@@ -219,8 +232,21 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		return nil
 	}
 	s.rendered, s.renderErr = r.Renderer.RenderModelDeployment(s.input)
-	if !s.renderable() {
+	if s.renderErr != nil {
 		return nil
+	}
+	// Two deployments can derive one name (a-b with role c, a with role b-c), and a name may be
+	// a Deployment or Service of someone else: applying over it would take it over. Nothing is
+	// applied until every name is this deployment's or free.
+	for _, o := range s.rendered {
+		taken, err := r.takenBy(ctx, s.md, o)
+		if err != nil {
+			return err
+		}
+		if taken != "" {
+			s.taken = taken
+			return nil
+		}
 	}
 	applier := operator.Applier{Client: r.Client, OnDrift: func(o generator.Object, path string) {
 		log.FromContext(ctx).Info("applying a child again: a field the operator sets was changed", "kind", o.GetObjectKind().GroupVersionKind().Kind, "name", o.GetName(), "field", operator.FieldPath(path))
@@ -231,6 +257,35 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		}
 	}
 	return r.prune(ctx, s)
+}
+
+// takenBy says who holds the name of rendered object o when it is not md: its controlling owner,
+// or that it has none ("" when the name is free or md's).
+func (r *Reconciler) takenBy(ctx context.Context, md *kvv1.ModelDeployment, o generator.Object) (string, error) {
+	kind := o.GetObjectKind().GroupVersionKind().Kind
+	live, ok := o.DeepCopyObject().(client.Object)
+	if !ok {
+		return "", nil
+	}
+	key := client.ObjectKeyFromObject(o)
+	err := r.Client.Get(ctx, key, live)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		err = r.APIReader.Get(ctx, key, live)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", err
+	case metav1.IsControlledBy(live, md):
+		return "", nil
+	}
+	by := "no ModelDeployment (it is not the operator's)"
+	if c := metav1.GetControllerOf(live); c != nil {
+		by = c.Kind + " " + c.Name
+	}
+	return fmt.Sprintf("%s %s, which role %s renders, already exists and belongs to %s: nothing of this ModelDeployment is applied until the name is free; rename this ModelDeployment or the role (each role's Deployment and Service are named <name>-<role>)",
+		kind, key.Name, o.GetLabels()[vocab.LabelComponent], by), nil
 }
 
 // prune deletes the Deployments and Services of roles the spec no longer has.

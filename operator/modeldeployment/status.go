@@ -25,7 +25,7 @@ func setStatus(s *state, refresh time.Duration) {
 	setCacheAttached(s)
 	setStoreHits(s, refresh)
 	switch {
-	case s.renderErr != nil || s.refusal != nil:
+	case s.renderErr != nil || s.taken != "" || s.refusal != nil:
 		md.Status.Phase = kvv1.PhaseDegraded
 	case meta.IsStatusConditionTrue(md.Status.Conditions, kvv1.ConditionRolloutComplete):
 		md.Status.Phase = kvv1.PhaseReady
@@ -58,6 +58,10 @@ func setRollout(s *state) {
 	md := s.md
 	if s.renderErr != nil {
 		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonRenderFailed, s.renderErr.Error())
+		return
+	}
+	if s.taken != "" {
+		set(md, kvv1.ConditionRolloutComplete, metav1.ConditionFalse, kvv1.ReasonNameTaken, s.taken)
 		return
 	}
 	if len(s.deploys) < len(md.Spec.Roles) {

@@ -73,6 +73,9 @@ func TestStatusSaysWhatWasObserved(t *testing.T) {
 			kvv1.PhaseReady, kvv1.ReasonComplete, kvv1.ReasonNoObservationAvailable, metav1.ConditionUnknown, "keeps no tenant ledger"},
 		{"the render failed", state{md: chat(false), renderErr: errors.New("role server: no such InstanceType")},
 			kvv1.PhaseDegraded, kvv1.ReasonRenderFailed, kvv1.ReasonNoCacheRequested, metav1.ConditionFalse, ""},
+		{"a role's name is another's", state{md: chat(false), taken: "Deployment chat-server, which role server renders, already exists and belongs to ModelDeployment chat",
+			deploys: []appsv1.Deployment{deployment("chat-server", 2, 2, 2, 2)}},
+			kvv1.PhaseDegraded, kvv1.ReasonNameTaken, kvv1.ReasonNoCacheRequested, metav1.ConditionFalse, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

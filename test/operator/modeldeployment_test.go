@@ -269,3 +269,64 @@ func renderedMatchesApplied(t *testing.T, objs ...client.Object) []string {
 	assert.Greater(t, len(compared), 4, "the store and the roles were compared")
 	return compared
 }
+
+// Two ModelDeployments can derive one name (qa-b with role c, qa with role b-c), and a name may
+// be someone's own Deployment: the second is not applied over the first's, nor over an object
+// that is not the operator's, and says whose the name is; once the name is free it renders.
+func TestAModelDeploymentNeverTakesANameItDoesNotOwn(t *testing.T) {
+	ctx := context.Background()
+	md := func(name, role string) *kvv1.ModelDeployment {
+		return &kvv1.ModelDeployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}, Spec: kvv1.ModelDeploymentSpec{
+			Model: kvv1.Model{Name: "Qwen/Qwen2.5-7B-Instruct"}, Engine: kvv1.Engine{Name: kvv1.EngineVLLM, Version: "0.29.0"},
+			Roles: []kvv1.Role{{Name: role}},
+		}}
+	}
+	first, second := md("qa-b", "c"), md("qa", "b-c")
+	require.NoError(t, env.Client.Create(ctx, first))
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, first) })
+	d := &appsv1.Deployment{}
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qa-b-c"}, d) == nil
+	}, wait, 100*time.Millisecond)
+	require.NoError(t, env.Client.Create(ctx, second))
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, second) })
+	got := eventuallyMD(t, "qa", "NameTaken", func(m *kvv1.ModelDeployment) bool {
+		return condition(m.Status.Conditions, kvv1.ConditionRolloutComplete).Reason == kvv1.ReasonNameTaken
+	})
+	assert.Equal(t, "Deployment qa-b-c, which role b-c renders, already exists and belongs to ModelDeployment qa-b: nothing of this ModelDeployment is applied until the name is free; rename this ModelDeployment or the role (each role's Deployment and Service are named <name>-<role>)",
+		condition(got.Status.Conditions, kvv1.ConditionRolloutComplete).Message)
+	assert.Equal(t, kvv1.PhaseDegraded, got.Status.Phase)
+	time.Sleep(time.Second) // reconciles of both
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qa-b-c"}, d))
+	owner := metav1.GetControllerOf(d)
+	require.NotNil(t, owner)
+	assert.Equal(t, "qa-b", owner.Name, "the first keeps its Deployment")
+	assert.Len(t, d.OwnerReferences, 1)
+
+	// Someone's own Deployment, which the operator's cache does not hold.
+	own := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mine-server"}, Spec: appsv1.DeploymentSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "mine"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "mine"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}},
+	}}
+	require.NoError(t, env.Client.Create(ctx, own))
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, own) })
+	mine := md("mine", "server")
+	require.NoError(t, env.Client.Create(ctx, mine))
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, mine) })
+	got = eventuallyMD(t, "mine", "NameTaken", func(m *kvv1.ModelDeployment) bool {
+		return condition(m.Status.Conditions, kvv1.ConditionRolloutComplete).Reason == kvv1.ReasonNameTaken
+	})
+	assert.Contains(t, condition(got.Status.Conditions, kvv1.ConditionRolloutComplete).Message, "Deployment mine-server, which role server renders, already exists and belongs to no ModelDeployment (it is not the operator's)")
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(own), own))
+	assert.Empty(t, own.OwnerReferences, "someone's own Deployment is left alone")
+	assert.Equal(t, "busybox", own.Spec.Template.Spec.Containers[0].Image)
+
+	require.NoError(t, env.Client.Delete(ctx, first))
+	require.NoError(t, env.Client.Delete(ctx, d)) // envtest runs no garbage collector
+	eventuallyMD(t, "qa", "rendered once the name is free", func(m *kvv1.ModelDeployment) bool {
+		return condition(m.Status.Conditions, kvv1.ConditionRolloutComplete).Reason != kvv1.ReasonNameTaken
+	})
+	require.Eventually(t, func() bool {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "qa-b-c"}, d) == nil && metav1.GetControllerOf(d) != nil && metav1.GetControllerOf(d).Name == "qa"
+	}, wait, 100*time.Millisecond)
+}

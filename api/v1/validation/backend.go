@@ -2,6 +2,7 @@ package validation
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -218,6 +219,7 @@ func validateManaged(b *kvv1.KVCacheBackend, p *field.Path, ctx BackendContext) 
 		if len(g.NodeSelector) == 0 {
 			errs = append(errs, field.Required(gp.Child("nodeSelector"), "a member group selects its nodes; one member Pod runs per matching node"))
 		}
+		errs = append(errs, nodeSelector(gp.Child("nodeSelector"), g.NodeSelector)...)
 		errs = append(errs, enum(gp.Child("medium"), string(g.Medium), "DRAM", "VRAM")...)
 		if g.CapacityPerMember.Sign() <= 0 {
 			errs = append(errs, field.Invalid(gp.Child("capacityPerMember"), g.CapacityPerMember.String(), "must be greater than zero: it is the segment each member registers, e.g. 8Gi"))
@@ -458,4 +460,19 @@ func enum(p *field.Path, v string, allowed ...string) field.ErrorList {
 		}
 	}
 	return field.ErrorList{field.NotSupported(p, v, allowed)}
+}
+
+// nodeSelector refuses a label key or value the API server would refuse in the member
+// DaemonSet's nodeSelector (the whole DaemonSet would fail to apply), in key order.
+func nodeSelector(p *field.Path, sel map[string]string) field.ErrorList {
+	var errs field.ErrorList
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		if msgs := utilvalidation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p, k, "is not a label key: "+strings.Join(msgs, "; ")+", e.g. kubernetes.io/os"))
+		}
+		if msgs := utilvalidation.IsValidLabelValue(sel[k]); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Key(k), sel[k], "is not a label value: "+strings.Join(msgs, "; ")+", e.g. linux"))
+		}
+	}
+	return errs
 }

@@ -10,9 +10,28 @@ import (
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 )
 
+// objectName refuses a name the API server would refuse for an object of this API (a DNS-1123
+// subdomain), and namespace one it would refuse for a namespace (a DNS-1123 label), so that
+// render and check -f say it before an apply does. An empty name (generateName, a unit test) is
+// not judged.
+func objectName(name, namespace string) field.ErrorList {
+	var errs field.ErrorList
+	if name != "" {
+		if msgs := utilvalidation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), name, "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters (a DNS-1123 subdomain): the API server refuses any other name"))
+		}
+	}
+	if namespace != "" {
+		if msgs := utilvalidation.IsDNS1123Label(namespace); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "namespace"), namespace, "must be lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters (a DNS-1123 label): no namespace has another name"))
+		}
+	}
+	return errs
+}
+
 // ValidatePool checks a KVCachePool on its own.
 func ValidatePool(p *kvv1.KVCachePool) field.ErrorList {
-	var errs field.ErrorList
+	errs := objectName(p.Name, "")
 	bp := field.NewPath("spec", "backends")
 	switch n := len(p.Spec.Backends); {
 	case n == 0:
@@ -33,7 +52,7 @@ func ValidatePool(p *kvv1.KVCachePool) field.ErrorList {
 // ValidateBinding checks a KVCachePoolBinding. pool is the pool it names when known (nil when
 // not): the ceiling is then checked against the pool's total.
 func ValidateBinding(b *kvv1.KVCachePoolBinding, pool *kvv1.KVCachePool) field.ErrorList {
-	var errs field.ErrorList
+	errs := objectName(b.Name, b.Namespace)
 	spec := field.NewPath("spec")
 	if b.Spec.PoolRef.Name == "" {
 		errs = append(errs, field.Required(spec.Child("poolRef", "name"), "name the KVCachePool this Binding grants access to"))

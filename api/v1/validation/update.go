@@ -154,6 +154,7 @@ func ValidateModelDeployment(md *kvv1.ModelDeployment) field.ErrorList {
 		errs = append(errs, field.Required(spec.Child("kvCache", "poolRef", "name"), "name a KVCachePoolBinding in this namespace, or remove spec.kvCache to run without a shared cache"))
 	}
 	errs = append(errs, validateDeploymentName(md.Name)...)
+	errs = append(errs, objectName("", md.Namespace)...)
 	errs = append(errs, validateRoles(md, spec.Child("roles"))...)
 	return errs
 }
