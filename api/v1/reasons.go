@@ -37,7 +37,7 @@ const (
 	ReasonNoObservationAvailable = "NoObservationAvailable"
 	ReasonNoPodReady             = "NoPodReady"
 	ReasonNoPods                 = "NoPods"
-	ReasonNameTaken             = "NameTaken"
+	ReasonNameTaken              = "NameTaken"
 	ReasonNoReplicaReady         = "NoReplicaReady"
 	ReasonNoSegments             = "NoSegments"
 	ReasonNoTenantFigures        = "NoTenantFigures"

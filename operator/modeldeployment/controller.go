@@ -144,7 +144,7 @@ type state struct {
 	// taken says which rendered object's name another object holds (""): none is applied.
 	taken    string
 	rendered []generator.Object
-	deploys    []appsv1.Deployment
+	deploys  []appsv1.Deployment
 	// pods use the cache: the deployment's Pods (nil when none are seen).
 	pods []operator.PodUse
 	// activity is what the master showed of the tenant's writes (known: it was read).
