@@ -232,8 +232,8 @@ func (r *Reconciler) renderAndApply(ctx context.Context, s *state) error {
 		return nil
 	}
 	s.rendered, s.renderErr = r.Renderer.RenderModelDeployment(s.input)
-	if s.renderErr != nil {
-		return nil
+	if !s.renderable() {
+		return nil // said in status
 	}
 	// Two deployments can derive one name (a-b with role c, a with role b-c), and a name may be
 	// a Deployment or Service of someone else: applying over it would take it over. Nothing is
