@@ -148,6 +148,9 @@ type ReleaseVerdict struct {
 	Engine  Engine
 	Version string // as looked up, without a leading v
 	Status  ReleaseStatus
+	// PreReleaseOf is the release a pre-release or development release (0.30.0rc1) comes
+	// before; "" for a release.
+	PreReleaseOf string
 	// Release is the release itself (supported, unsupported in the table), or the newest read
 	// (newer); nil otherwise.
 	Release *Release
@@ -157,8 +160,25 @@ type ReleaseVerdict struct {
 func (e Engine) LookupRelease(version string) ReleaseVerdict {
 	v := ReleaseVerdict{Engine: e, Version: strings.TrimPrefix(version, "v"), Status: ReleaseUndeclared}
 	rs := e.Releases()
-	if _, ok := parseVersion(v.Version); !ok || len(rs) == 0 {
+	pv, ok := parseVersion(v.Version)
+	if !ok || len(rs) == 0 {
 		return v
+	}
+	if base, pre := pv.final(); pre {
+		// A pre-release is not its release: nothing read proves it reads what the release
+		// reads. A pre-release of a refused release is refused with it.
+		v.PreReleaseOf = base
+		for i := range rs {
+			if CompareVersions(rs[i].Version, base) != 0 {
+				continue
+			}
+			if !rs[i].Supported {
+				v.Status, v.Release = ReleaseUnsupported, &rs[i]
+			} else {
+				v.Status = ReleaseUnread
+			}
+			return v
+		}
 	}
 	for i := range rs {
 		if CompareVersions(rs[i].Version, v.Version) == 0 {
@@ -280,26 +300,58 @@ func (e Engine) ImageRelease(image string) string {
 	return m[1]
 }
 
-// imageTagRelease: v0.29.0, 0.5.18-cu129, v0.23.0.post1.
-var imageTagRelease = regexp.MustCompile(`^v?([0-9]+\.[0-9]+\.[0-9]+(?:\.post[0-9]+)?)(?:-.*)?$`)
+// imageTagRelease: v0.29.0, 0.5.18-cu129, v0.23.0.post1, v0.30.0rc1.
+var imageTagRelease = regexp.MustCompile(`^v?([0-9]+\.[0-9]+\.[0-9]+(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?)(?:-.*)?$`)
 
-// version is a release's numbers, then its post-release (0 for none).
+// version is a release's numbers, its stage (a development release of the final, alpha, beta,
+// release candidate, or final) with the stage's number, its post-release, then its development
+// mark (1: none) and number: ordered as PEP 440 orders them (0.29.0.dev1 < 0.29.0a1 <
+// 0.29.0rc1.dev2 < 0.29.0rc1 < 0.29.0 < 0.29.0.post1).
 type version []int
 
-var versionSyntax = regexp.MustCompile(`^([0-9]+)\.([0-9]+)\.([0-9]+)(?:\.post([0-9]+))?$`)
+// Stages, in order; a final release sorts after its pre-releases.
+const (
+	stageDev = iota
+	stageAlpha
+	stageBeta
+	stageRC
+	stageFinal
+)
+
+var versionSyntax = regexp.MustCompile(`^([0-9]+)\.([0-9]+)\.([0-9]+)(?:(a|b|rc)([0-9]+))?(?:\.post([0-9]+))?(?:\.dev([0-9]+))?$`)
 
 func parseVersion(s string) (version, bool) {
 	m := versionSyntax.FindStringSubmatch(strings.TrimPrefix(s, "v"))
 	if m == nil {
 		return nil, false
 	}
-	out := make(version, 4)
-	for i := 1; i <= 4; i++ {
-		if m[i] != "" {
-			out[i-1], _ = strconv.Atoi(m[i])
+	num := func(i int) int {
+		n, _ := strconv.Atoi(m[i])
+		return n
+	}
+	stage := map[string]int{"a": stageAlpha, "b": stageBeta, "rc": stageRC, "": stageFinal}[m[4]]
+	// A development release comes before what it develops: 0.29.0rc1.dev3 < 0.29.0rc1.
+	dev, devN := 1, 0
+	if m[7] != "" {
+		dev, devN = 0, num(7)
+		if m[4] == "" && m[6] == "" {
+			stage = stageDev // 0.29.0.dev1 comes before 0.29.0a1
 		}
 	}
-	return out, true
+	return version{num(1), num(2), num(3), stage, num(5), num(6), dev, devN}, true
+}
+
+// final is the release a pre-release or development release comes before (0.29.0 of 0.29.0rc1,
+// 0.23.0.post1 of 0.23.0.post1.dev2), and whether v is one.
+func (v version) final() (string, bool) {
+	if v[3] == stageFinal && v[6] == 1 {
+		return "", false
+	}
+	base := fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2])
+	if v[3] == stageFinal && v[5] > 0 {
+		base += fmt.Sprintf(".post%d", v[5])
+	}
+	return base, true
 }
 
 // CompareVersions orders two releases (0.23.0 < 0.23.0.post1 < 0.30.0); a string that is no

@@ -224,3 +224,39 @@ func TestTheReleaseMarkedRanIsTheRealEngineImages(t *testing.T) {
 	}
 	assert.Equal(t, []string{"vllm " + version}, ran, "releases.json marks as run exactly the release the vllm image runs")
 }
+
+// Pre-releases and development releases are not their release: a pre-release of a refused
+// release is refused with it, one of a release read is unread, one past the table is newer; an
+// image tag names them too.
+func TestPreReleases(t *testing.T) {
+	for _, tc := range []struct {
+		e           Engine
+		version     string
+		status      ReleaseStatus
+		of, release string
+	}{
+		{VLLMAscend, "0.18.0rc1", ReleaseUnsupported, "0.18.0", "0.18.0"},
+		{VLLMAscend, "v0.13.0rc2", ReleaseUnsupported, "0.13.0", "0.13.0"},
+		{VLLM, "0.29.0rc1", ReleaseUnread, "0.29.0", ""},
+		{VLLM, "0.31.0rc2.dev14", ReleaseUnread, "0.31.0", ""},
+		{VLLM, "0.34.0rc1", ReleaseNewer, "0.34.0", "0.33.0"},
+		{VLLM, "0.30.5rc1", ReleaseUnread, "0.30.5", ""},
+		{VLLMAscend, "0.23.0.post1.dev2", ReleaseUnread, "0.23.0.post1", ""},
+		{SGLang, "0.5.17rc0", ReleaseUnsupported, "0.5.17", ""},
+		{VLLM, "0.33.0", ReleaseSupported, "", "0.33.0"},
+	} {
+		v := tc.e.LookupRelease(tc.version)
+		assert.Equal(t, tc.status, v.Status, tc.version)
+		assert.Equal(t, tc.of, v.PreReleaseOf, tc.version)
+		if tc.release == "" {
+			assert.Nil(t, v.Release, tc.version)
+		} else if assert.NotNil(t, v.Release, tc.version) {
+			assert.Equal(t, tc.release, v.Release.Version, tc.version)
+		}
+	}
+	assert.Equal(t, "0.30.0rc1", VLLM.ImageRelease("vllm/vllm-openai:v0.30.0rc1"))
+	assert.Equal(t, "0.18.0rc1", VLLMAscend.ImageRelease("quay.io/ascend/vllm-ascend:v0.18.0rc1"))
+	for _, order := range [][2]string{{"0.29.0.dev1", "0.29.0a1"}, {"0.29.0a1", "0.29.0b1"}, {"0.29.0b1", "0.29.0rc1"}, {"0.29.0rc1.dev3", "0.29.0rc1"}, {"0.29.0rc1", "0.29.0"}, {"0.29.0", "0.29.0.post1"}, {"0.29.0rc9", "0.29.1rc1"}} {
+		assert.Negative(t, CompareVersions(order[0], order[1]), "%s < %s", order[0], order[1])
+	}
+}

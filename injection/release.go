@@ -36,13 +36,21 @@ func JudgeRelease(v engines.ReleaseVerdict, known string) (warning string, rf *R
 		why := fmt.Sprintf("it is older than %s, the first release this project has read, so nothing proves its Mooncake reader accepts the configuration injection writes", rs[0].Version)
 		if v.Release != nil {
 			why = v.Release.Unsupported
+			if v.PreReleaseOf != "" {
+				why = fmt.Sprintf("it is a pre-release of %s, which is not supported: %s", v.PreReleaseOf, why)
+			}
 		}
 		return "", refuse(ReasonReleaseUnsupported, "%s %s (%s) is not supported: %s; run a release injection supports: %s %s",
 			e.Name, v.Version, known, why, e.Name, supported)
 	case engines.ReleaseNewer, engines.ReleaseUnread:
 		where := fmt.Sprintf("newer than %s, the newest release this project has read", rs[len(rs)-1].Version)
-		if v.Status == engines.ReleaseUnread {
+		switch {
+		case v.Status == engines.ReleaseUnread && v.PreReleaseOf != "" && slices.ContainsFunc(rs, func(r engines.Release) bool { return r.Version == v.PreReleaseOf }):
+			where = fmt.Sprintf("a pre-release of %s, which this project has read, and not %s itself", v.PreReleaseOf, v.PreReleaseOf)
+		case v.Status == engines.ReleaseUnread:
 			where = fmt.Sprintf("not one of the releases this project has read (%s)", strings.Join(versions(rs), ", "))
+		case v.PreReleaseOf != "":
+			where += fmt.Sprintf(" (a pre-release of %s)", v.PreReleaseOf)
 		}
 		return fmt.Sprintf("%s %s (%s) is %s, so nothing here proves that its Mooncake reader accepts the injected configuration or that its parser reads the flags injection writes; check it: once its Pods run, `kvcache check` and the Binding's CacheInUse condition say whether it writes, and `python3 -c \"import <module>\"` in its image must succeed for the reader of %s (%s); hack/engines.sh adds the release to the table",
 			e.Name, v.Version, known, where, e.Name, strings.Join(e.ReaderModules(), "; ")), nil

@@ -160,6 +160,21 @@ func attachment(ctx context.Context, o objects.Reader, md *kvv1.ModelDeployment,
 				errs = append(errs, field.Invalid(bp, name, prefix+rf.Message))
 			}
 		}
+		// A role's own image of one of the engine's published releases is judged as a Pod's
+		// image is: it is what runs, whatever spec.engine.version says.
+		for i, r := range md.Spec.Roles {
+			if r.Image == "" || roleEngines[i].engine.ID != re.engine.ID || re.engine.ImageRelease(r.Image) == "" {
+				continue
+			}
+			ip := field.NewPath("spec", "roles").Index(i).Child("image")
+			w, rf := injection.JudgeRelease(re.engine.LookupRelease(re.engine.ImageRelease(r.Image)), ip.String())
+			if rf != nil {
+				errs = append(errs, field.Invalid(ip, r.Image, prefix+rf.Message))
+			}
+			if w != "" {
+				warnings = append(warnings, prefix+w)
+			}
+		}
 		if w := VersionSkew(re.engine, md.Spec.Engine.Version, backend.Name, storeImage); w != "" {
 			warnings = append(warnings, prefix+w)
 		}
