@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/values"
@@ -87,15 +91,49 @@ func ParseNetworkPolicyPeers(s string) ([]networkingv1.NetworkPolicyPeer, error)
 		return nil, fmt.Errorf("a JSON list of NetworkPolicyPeer: text after the list")
 	}
 	for i, p := range peers {
-		if p.PodSelector == nil && p.NamespaceSelector == nil && p.IPBlock == nil {
-			return nil, fmt.Errorf("peer %d names nothing: set podSelector, namespaceSelector or ipBlock", i)
-		}
-		if p.IPBlock != nil && p.IPBlock.CIDR == "" {
-			return nil, fmt.Errorf("peer %d: ipBlock.cidr is empty", i)
+		if err := peerError(p); err != "" {
+			return nil, fmt.Errorf("peer %d: %s", i, err)
 		}
 	}
 	if len(peers) == 0 {
 		return nil, nil
 	}
 	return peers, nil
+}
+
+// peerError is why the API server would refuse peer in a NetworkPolicy (the whole policy, and with
+// it every store's, would fail to apply), or "".
+func peerError(p networkingv1.NetworkPolicyPeer) string {
+	if p.PodSelector == nil && p.NamespaceSelector == nil && p.IPBlock == nil {
+		return "names nothing: set podSelector, namespaceSelector or ipBlock"
+	}
+	if b := p.IPBlock; b != nil {
+		if p.PodSelector != nil || p.NamespaceSelector != nil {
+			return "ipBlock cannot be combined with podSelector or namespaceSelector in one peer: give it a peer of its own"
+		}
+		_, cidr, err := net.ParseCIDR(b.CIDR)
+		if err != nil {
+			return fmt.Sprintf("ipBlock.cidr %q is not a CIDR, e.g. 10.0.0.0/8", b.CIDR)
+		}
+		for _, e := range b.Except {
+			_, ex, err := net.ParseCIDR(e)
+			if err != nil {
+				return fmt.Sprintf("ipBlock.except %q is not a CIDR", e)
+			}
+			exOnes, _ := ex.Mask.Size()
+			ones, _ := cidr.Mask.Size()
+			if !cidr.Contains(ex.IP) || exOnes <= ones {
+				return fmt.Sprintf("ipBlock.except %q is not strictly inside ipBlock.cidr %q", e, b.CIDR)
+			}
+		}
+	}
+	for _, sel := range []struct {
+		name string
+		s    *metav1.LabelSelector
+	}{{"podSelector", p.PodSelector}, {"namespaceSelector", p.NamespaceSelector}} {
+		if errs := metav1validation.ValidateLabelSelector(sel.s, metav1validation.LabelSelectorValidationOptions{}, field.NewPath(sel.name)); len(errs) > 0 {
+			return errs.ToAggregate().Error()
+		}
+	}
+	return ""
 }

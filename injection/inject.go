@@ -213,6 +213,9 @@ func (i *Injector) inject(ctx context.Context, pod *corev1.Pod, namespace string
 	if releaseWarning != "" {
 		w = append([]string{releaseWarning}, w...)
 	}
+	if hw := hostNetworkWarning(pod, res.Backend); hw != "" {
+		w = append(w, hw)
+	}
 	return Result{Injected: true, Patch: patch, Warnings: w, Record: rec}, nil
 }
 
@@ -472,6 +475,18 @@ type Attachment struct {
 	// TenantLedger is false when the backend keeps no tenant ledger: the tenant is still written
 	// (the Binding owns it), and the master ignores it.
 	TenantLedger bool
+}
+
+// hostNetworkWarning says that a Pod on the host network cannot be admitted by its store's
+// NetworkPolicy, which admits the Pods of the Bindings' namespaces by their Pod addresses: a
+// host-network Pod's traffic leaves from its node's address, which most network plugins judge as
+// the node's, so the store may refuse its every connection. "" when the Pod is not on the host
+// network or the store has no policy.
+func hostNetworkWarning(pod *corev1.Pod, b *kvv1.KVCacheBackend) string {
+	if !pod.Spec.HostNetwork || b == nil || generator.WhyNoNetworkPolicy(b) != "" {
+		return ""
+	}
+	return fmt.Sprintf("the Pod runs on the host network (spec.hostNetwork), and KVCacheBackend %s's NetworkPolicy admits the Pods of the Bindings' namespaces by their Pod addresses: this Pod's connections leave from its node's address, which the network plugin may refuse, and then the engine starts and caches nothing; run it off the host network, or set spec.connection.managed.networkPolicy.enabled: false on the backend (any Pod the network lets through can then reach the store)", b.Name)
 }
 
 // CacheInput is the generator's view of an attachment.

@@ -119,7 +119,7 @@ func TestRenderNetworkPolicyFlags(t *testing.T) {
 	code, out, errOut = kvcache(t, "", "render", "--network-policy-metrics-from", `[{}]`)
 	assert.Equal(t, exitUsage, code)
 	assert.Empty(t, out)
-	assert.Contains(t, errOut, `invalid argument "[{}]" for "--network-policy-metrics-from" flag: peer 0 names nothing: set podSelector, namespaceSelector or ipBlock`)
+	assert.Contains(t, errOut, `invalid argument "[{}]" for "--network-policy-metrics-from" flag: peer 0: names nothing: set podSelector, namespaceSelector or ipBlock`)
 }
 
 // writeFile puts content in a temp file and returns its path.
