@@ -64,7 +64,7 @@ item by item.`,
 		RunE: o.run,
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&o.files, "filename", "f", nil, "manifests to check offline (repeatable; - reads stdin)")
+	f.StringArrayVarP(&o.files, "filename", "f", nil, "manifests to check offline: files, comma-separated lists, or directories (their .yaml, .yml and .json files); repeatable; - reads stdin")
 	f.StringArrayVar(&o.cluster, "cluster", nil, "with -f: the objects the cluster already holds (Bindings, pools, backends, Settings, InstanceTypes, ModelDeployments)")
 	f.BoolVar(&o.liveCluster, "live", false, "with -f: read the objects the cluster already holds from the kubeconfig's cluster instead of --cluster files")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
@@ -147,11 +147,11 @@ func (o *checkOptions) offline(cmd *cobra.Command, r *generator.Renderer) (*chec
 			pods = append(pods, check.PodInput{Object: h.gvk.Kind + "/" + h.namespace + "/" + h.name, Namespace: h.namespace, Pod: h.pod, Misplaced: h.misplaced})
 		}
 	}
-	creates, err := readAPIInput(apiDocs)
+	creates, err := readAPIInput(apiDocs, ns)
 	if err != nil {
 		return nil, err
 	}
-	cluster, err := readClusterFiles(o.cluster, cmd.InOrStdin())
+	cluster, err := readClusterFiles(o.cluster, cmd.InOrStdin(), ns)
 	if err != nil {
 		return nil, err
 	}

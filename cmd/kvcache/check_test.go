@@ -77,3 +77,33 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// -f reads as kubectl's does: a comma-separated list and a directory (the manifests directly
+// in it, by name) give what the files one by one give.
+func TestFileArgumentsReadListsAndDirectories(t *testing.T) {
+	src := filepath.Join(golden.Dir("check"), "walkthrough.input.yaml")
+	raw, err := os.ReadFile(src)
+	require.NoError(t, err)
+	docs := strings.Split(string(raw), "\n---\n")
+	require.Greater(t, len(docs), 2)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yml")
+	require.NoError(t, os.WriteFile(a, []byte(strings.Join(docs[:2], "\n---\n")), 0o600))
+	require.NoError(t, os.WriteFile(b, []byte(strings.Join(docs[2:], "\n---\n")), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a manifest"), 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "nested"), 0o700))
+
+	code, want, errOut := kvcache(t, "", "check", "-f", src)
+	require.Equal(t, 0, code, errOut)
+	for _, args := range [][]string{{"-f", a + "," + b}, {"-f", dir}, {"-f", a, "-f", b}} {
+		code, out, errOut := kvcache(t, "", append([]string{"check"}, args...)...)
+		require.Equal(t, 0, code, "%v: %s", args, errOut)
+		assert.Equal(t, want, out, "%v", args)
+	}
+	code, _, errOut = kvcache(t, "", "check", "-f", filepath.Join(dir, "nested"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "nested holds no manifest (.yaml, .yml, .json files directly in it)")
+	code, _, errOut = kvcache(t, "", "check", "-f", a+",,"+b)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "names an empty file: separate files with one comma")
+}

@@ -59,7 +59,7 @@ Admission warnings are printed on stderr as "warning: ...".`,
 		Args: cobra.NoArgs,
 		RunE: printOnSuccess(o.run),
 	}
-	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to inject (repeatable; - reads stdin)")
+	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to inject: files, comma-separated lists, or directories (their .yaml, .yml and .json files); repeatable; - reads stdin")
 	cmd.Flags().StringArrayVar(&o.cluster, "cluster", nil, "objects the webhook would read: Bindings, pools, backends, Settings (repeatable)")
 	cmd.Flags().VarP(newNamespaceFlag(&o.namespace, "default"), "namespace", "n", "namespace of documents that name none (as kubectl apply -n would create them)")
 	cmd.Flags().Var(newNamespaceFlag(&o.systemNamespace, generator.DefaultSystemNamespace), "system-namespace", "namespace managed stores run in (for derived pool endpoints)")
@@ -138,7 +138,7 @@ func (o *injectOptions) run(cmd *cobra.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cluster, err := readClusterFiles(o.cluster, cmd.InOrStdin())
+	cluster, err := readClusterFiles(o.cluster, cmd.InOrStdin(), o.namespace)
 	if err != nil {
 		return nil, err
 	}

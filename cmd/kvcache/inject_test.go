@@ -149,7 +149,7 @@ func assertHandlerAgrees(t *testing.T, c injectCase, clusterFiles []string, cliO
 		require.NoError(t, err)
 		clusterDocs = append(clusterDocs, d...)
 	}
-	cluster, err := readAPIInput(clusterDocs)
+	cluster, err := readAPIInput(clusterDocs, "default")
 	require.NoError(t, err)
 	r, err := generator.NewRenderer()
 	require.NoError(t, err)

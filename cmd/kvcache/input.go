@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +50,10 @@ func (d document) String() string {
 // readInputs reads every -f value ("-" is stdin) and splits each into documents. A file that
 // cannot be read, or that holds no document at all, is a usage error.
 func readInputs(files []string, stdin io.Reader) ([]document, error) {
+	files, err := expandFiles(files)
+	if err != nil {
+		return nil, err
+	}
 	var docs []document
 	for _, f := range files {
 		var data []byte
@@ -69,6 +75,47 @@ func readInputs(files []string, stdin io.Reader) ([]document, error) {
 		docs = append(docs, d...)
 	}
 	return docs, nil
+}
+
+// manifestExtensions are the files a directory given to -f contributes, as kubectl reads them.
+var manifestExtensions = []string{".yaml", ".yml", ".json"}
+
+// expandFiles reads -f as kubectl does: a value that is no path may list files separated by
+// commas, and a directory stands for the manifests directly in it (.yaml, .yml, .json, by name;
+// its subdirectories are not read).
+func expandFiles(values []string) ([]string, error) {
+	var out []string
+	for _, v := range values {
+		names := []string{v}
+		if _, err := os.Stat(v); err != nil && v != "-" {
+			names = strings.Split(v, ",") // a path that exists is itself, commas and all
+		}
+		for _, n := range names {
+			if n == "" {
+				return nil, usageErrorf("-f %q names an empty file: separate files with one comma", v)
+			}
+			st, err := os.Stat(n)
+			if n == "-" || err != nil || !st.IsDir() {
+				out = append(out, n) // read (or its error said) in order
+				continue
+			}
+			entries, err := os.ReadDir(n)
+			if err != nil {
+				return nil, usageErrorf("cannot read directory %s: %v", n, err)
+			}
+			var found []string
+			for _, e := range entries {
+				if !e.IsDir() && slices.Contains(manifestExtensions, filepath.Ext(e.Name())) {
+					found = append(found, filepath.Join(n, e.Name()))
+				}
+			}
+			if len(found) == 0 {
+				return nil, usageErrorf("directory %s holds no manifest (%s files directly in it)", n, strings.Join(manifestExtensions, ", "))
+			}
+			out = append(out, found...) // ReadDir sorts by name
+		}
+	}
+	return out, nil
 }
 
 var separator = regexp.MustCompile(`^---(\s.*)?$`)

@@ -21,7 +21,7 @@ func TestModelDeploymentSnapshots(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			data, err := os.ReadFile(c.Input)
 			require.NoError(t, err)
-			in, err := readAPIInput(splitDocuments(c.Input, data))
+			in, err := readAPIInput(splitDocuments(c.Input, data), "default")
 			require.NoError(t, err)
 			// Warnings (version skew, for the SGLang and Ascend inputs) are the validator tests'.
 			opts := fileOptions(generator.DefaultSystemNamespace, r)

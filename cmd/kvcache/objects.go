@@ -58,8 +58,9 @@ type apiInput struct {
 }
 
 // decodeAPIObject decodes a document that must be one of this API's kinds. Anything else is a
-// usage error naming what is accepted.
-func decodeAPIObject(d document) (kvObject, string, error) {
+// usage error naming what is accepted. A namespaced object that names no namespace is put in
+// namespace.
+func decodeAPIObject(d document, namespace string) (kvObject, string, error) {
 	gvk, j, err := d.typeMeta()
 	if err != nil {
 		return nil, "", err
@@ -80,7 +81,7 @@ func decodeAPIObject(d document) (kvObject, string, error) {
 		return nil, "", err
 	}
 	if namespaced(gvk.Kind) && obj.GetNamespace() == "" {
-		obj.SetNamespace("default")
+		obj.SetNamespace(namespace)
 	}
 	if obj.GetName() == "" {
 		return nil, "", fmt.Errorf("%s: %s needs metadata.name", d, gvk.Kind)
@@ -134,11 +135,13 @@ func badQuantity(j []byte) string {
 }
 
 // readAPIInput decodes every document as one of this API's kinds and refuses duplicates.
-func readAPIInput(docs []document) (*apiInput, error) {
+// A namespaced object (a Binding, a ModelDeployment) that names no namespace is in namespace, as
+// kubectl apply -n would create it.
+func readAPIInput(docs []document, namespace string) (*apiInput, error) {
 	in := &apiInput{}
 	seen := map[string]document{}
 	for _, d := range docs {
-		obj, kind, err := decodeAPIObject(d)
+		obj, kind, err := decodeAPIObject(d, namespace)
 		if err != nil {
 			return nil, usageErrorf("%v", err)
 		}
@@ -168,7 +171,7 @@ func readAPIInput(docs []document) (*apiInput, error) {
 
 // readClusterFiles reads the --cluster files: the objects a cluster already holds (none when no
 // file is given).
-func readClusterFiles(files []string, stdin io.Reader) (*apiInput, error) {
+func readClusterFiles(files []string, stdin io.Reader, namespace string) (*apiInput, error) {
 	var docs []document
 	if len(files) > 0 {
 		var err error
@@ -176,7 +179,7 @@ func readClusterFiles(files []string, stdin io.Reader) (*apiInput, error) {
 			return nil, err
 		}
 	}
-	return readAPIInput(docs)
+	return readAPIInput(docs, namespace)
 }
 
 func qualifiedName(o kvObject) string {

@@ -18,9 +18,10 @@ import (
 )
 
 type renderOptions struct {
-	files  []string
-	store  objects.StoreOptions
-	output string
+	files     []string
+	namespace string
+	store     objects.StoreOptions
+	output    string
 }
 
 func newRenderCommand() *cobra.Command {
@@ -44,7 +45,8 @@ The output is what the operator applies: both call the same renderer.`,
 		Args: cobra.NoArgs,
 		RunE: printOnSuccess(o.run),
 	}
-	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifest file to render (repeatable; - reads stdin)")
+	cmd.Flags().StringArrayVarP(&o.files, "filename", "f", nil, "manifests to render: files, comma-separated lists, or directories (their .yaml, .yml and .json files); repeatable; - reads stdin")
+	cmd.Flags().VarP(newNamespaceFlag(&o.namespace, "default"), "namespace", "n", "namespace of the Bindings and ModelDeployments that name none (as kubectl apply -n would create them)")
 	cmd.Flags().Var(newNamespaceFlag(&o.store.SystemNamespace, generator.DefaultSystemNamespace), "system-namespace", "namespace the managed store runs in")
 	cmd.Flags().StringVar(&o.store.OperatorImage, "operator-image", defaultOperatorImage(), "the operator's image, which electing leader Pods copy the launcher from and member Pods their preStop drain (the manager's --operator-image; default: the chart's)")
 	cmd.Flags().StringVar(&o.store.OperatorNamespace, "operator-namespace", defaultOperatorNamespace(), "the manager's namespace, whose manager Pods the store's NetworkPolicy admits to the admin port (the manager's --namespace; default: the namespace the chart is installed in by default)")
@@ -84,7 +86,7 @@ func (o *renderOptions) run(cmd *cobra.Command) ([]byte, error) {
 	} else if docs, err = readInputs(o.files, cmd.InOrStdin()); err != nil {
 		return nil, err
 	}
-	in, err := readAPIInput(docs)
+	in, err := readAPIInput(docs, o.namespace)
 	if err != nil {
 		return nil, err
 	}

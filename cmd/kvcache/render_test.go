@@ -290,3 +290,20 @@ spec:
 		})
 	}
 }
+
+// render -n puts the Bindings and ModelDeployments that name no namespace there, as kubectl
+// apply -n would: the walkthrough without its namespaces, rendered with -n team-a, is the
+// walkthrough; without -n they are in default.
+func TestRenderTakesTheNamespaceOfUnnamespacedObjectsFromTheFlag(t *testing.T) {
+	code, want, errOut := kvcache(t, "", "render")
+	require.Equal(t, 0, code, errOut)
+	input := strings.ReplaceAll(string(values.Walkthrough()), "  namespace: team-a\n", "")
+	require.NotContains(t, input, "namespace: team-a")
+	code, out, errOut := kvcache(t, input, "render", "-f", "-", "-n", "team-a")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, want, out)
+	code, out, errOut = kvcache(t, input, "render", "-f", "-")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "\n  namespace: default\n")
+	assert.NotContains(t, out, "namespace: team-a")
+}
