@@ -228,7 +228,7 @@ func (o *checkOptions) live(cmd *cobra.Command, r *generator.Renderer) (*check.R
 // failedSummary is check's closing line on stderr when findings fail.
 func failedSummary(n int) string {
 	if n == 1 {
-		return "check: 1 finding failed"
+		return "1 finding failed"
 	}
-	return fmt.Sprintf("check: %d findings failed", n)
+	return fmt.Sprintf("%d findings failed", n)
 }

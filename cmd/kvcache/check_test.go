@@ -40,7 +40,7 @@ func TestCheckSnapshots(t *testing.T) {
 				}
 				if failed {
 					assert.Equal(t, exitInvalid, code, "a FAIL exits 1")
-					assert.Regexp(t, `check: (1 finding|\d+ findings) failed`, errOut)
+					assert.Regexp(t, `^error: (1 finding|\d+ findings) failed\n$`, errOut)
 				} else {
 					assert.Equal(t, 0, code, errOut)
 				}

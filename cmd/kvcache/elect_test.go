@@ -68,7 +68,7 @@ func TestElectRefusesBadUsageWithExitCode2(t *testing.T) {
 			code, out, errOut := kvcache(t, "", tc.args...)
 			assert.Equal(t, exitUsage, code)
 			assert.Empty(t, out)
-			assert.Equal(t, tc.want, errOut)
+			assert.Equal(t, "error: "+tc.want, errOut)
 		})
 	}
 }
@@ -139,7 +139,7 @@ func TestCopySelfCopiesTheRunningBinaryExecutable(t *testing.T) {
 func TestCopySelfErrors(t *testing.T) {
 	code, _, errOut := kvcache(t, "", "copy-self")
 	assert.Equal(t, exitUsage, code)
-	assert.Equal(t, "copy-self takes one argument, the destination path (for example /opt/kvcache/kvcache); got 0\n", errOut)
+	assert.Equal(t, "error: copy-self takes one argument, the destination path (for example /opt/kvcache/kvcache); got 0\n", errOut)
 
 	dst := filepath.Join(t.TempDir(), "missing", "kvcache")
 	code, _, errOut = kvcache(t, "", "copy-self", dst)

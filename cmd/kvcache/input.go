@@ -230,13 +230,59 @@ func (d document) decodeStrict(j []byte, obj any) error {
 		return fmt.Errorf("%s: %w", d, err)
 	}
 	if len(strict) > 0 {
-		msgs := make([]string, len(strict))
-		for i, e := range strict {
-			msgs[i] = e.Error()
+		type located struct {
+			line int
+			msg  string
 		}
-		return fmt.Errorf("%s: %s", d, strings.Join(msgs, "; "))
+		found := make([]located, len(strict))
+		for i, e := range strict {
+			found[i].line, found[i].msg = d.fieldError(j, obj, e.Error())
+		}
+		// In the order they are written (the decoder finds them in its own order).
+		slices.SortStableFunc(found, func(a, b located) int { return a.line - b.line })
+		msgs := make([]string, len(found))
+		for i, f := range found {
+			msgs[i] = f.msg
+		}
+		return fmt.Errorf("%s", strings.Join(msgs, "\n"))
 	}
 	return nil
+}
+
+var unknownField = regexp.MustCompile(`^unknown field "(.+)"$`)
+
+// fieldError says a strict decoder's complaint about one field on a line of its own: where it is
+// written (the field's own line when the document is YAML of its own), in which object, and for
+// an unknown field the one spelt nearly the same, if any; line is the line of the file.
+func (d document) fieldError(j []byte, obj any, msg string) (line int, _ string) {
+	where := d.String()
+	line = d.line
+	m := unknownField.FindStringSubmatch(msg)
+	if m != nil && d.list == nil {
+		if l := fieldLine(d.raw, m[1]); l > 0 {
+			line = d.line + l - 1
+			where = fmt.Sprintf("%s: line %d", d.source, line)
+		}
+	}
+	var meta struct {
+		Kind     string            `json:"kind"`
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if json.Unmarshal(j, &meta) == nil && meta.Kind != "" {
+		name := meta.Metadata.Name
+		if meta.Metadata.Namespace != "" {
+			name = meta.Metadata.Namespace + "/" + name
+		}
+		where += ": " + meta.Kind + " " + name
+	}
+	if m != nil {
+		if near := nearField(obj, m[1]); near != "" {
+			steps := fieldPath(m[1])
+			parent := strings.TrimSuffix(m[1], steps[len(steps)-1])
+			msg += fmt.Sprintf(" (did you mean %s%s?)", parent, near)
+		}
+	}
+	return line, where + ": " + msg
 }
 
 // namespaceFlag is a flag that names a namespace: a value no namespace can have (not a DNS-1123

@@ -66,3 +66,31 @@ func FuzzReadDocumentsPassesThroughUnchanged(f *testing.F) {
 		}
 	})
 }
+
+// A field the API does not have is said on a line of its own, at the line it is written on, in
+// the object it is in, with the field spelt nearly the same; every line is an error line.
+func TestUnknownFieldsAreNamedWithTheirObjectAndLine(t *testing.T) {
+	manifest := `apiVersion: worker.gpustack.ai/v1
+kind: KVCachePool
+metadata: {name: p}
+spec:
+  backends: [b]
+  quota: {total: 8Gi}
+---
+# the grant
+apiVersion: worker.gpustack.ai/v1
+kind: KVCachePoolBinding
+metadata: {name: t, namespace: team-a}
+spec:
+  poolRef: {name: p}
+  quota:
+    ceilling: 8Gi
+  domain: {blockSize: 64, dtype: bfloat16, colour: blue}
+`
+	code, out, errOut := kvcache(t, manifest, "render", "-f", "-")
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	assert.Equal(t, `error: stdin: line 15: KVCachePoolBinding team-a/t: unknown field "spec.quota.ceilling" (did you mean spec.quota.ceiling?)
+error: stdin: line 16: KVCachePoolBinding team-a/t: unknown field "spec.domain.colour"
+`, errOut)
+}

@@ -112,6 +112,20 @@ func newVersionCommand() *cobra.Command {
 	}
 }
 
+// lineTags start the lines that say what happened to one object (a refusal, an invalid object,
+// a warning, a note on them); every other error is said as "error: ...", as kubectl says it.
+var lineTags = []string{"refused: ", "invalid: ", "warning: ", "note: "}
+
+func tagged(msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		if !slices.ContainsFunc(lineTags, func(t string) bool { return strings.HasPrefix(l, t) }) {
+			lines[i] = "error: " + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // run executes the CLI and returns the process exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdin, stdout, stderr)
@@ -122,7 +136,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		fmt.Fprintln(stderr, ee.msg)
+		fmt.Fprintln(stderr, tagged(ee.msg))
 		return ee.code
 	}
 	// cobra's own errors (unknown command, bad args) are usage errors.
