@@ -371,8 +371,35 @@ const (
 	MatrixEnd   = "<!-- end releases -->\n"
 )
 
-// MatrixMarkdown is the support matrix as docs/engines.md shows it, from the table t.
-func MatrixMarkdown(t ReleaseTable) string {
+// StoreFit sorts the supported releases of the table by whether the Mooncake client each bundles
+// is on the line of storeImage's master: fit on it, off it (with the client), or not known.
+func StoreFit(t ReleaseTable, storeImage string) (line string, fit, off, unknown []string) {
+	line, ok := MooncakeLine(ImageTag(storeImage))
+	if !ok {
+		return "", nil, nil, nil
+	}
+	for _, r := range t.Releases {
+		if !r.Supported {
+			continue
+		}
+		e, _ := ByID(r.Engine)
+		name := e.Name + " " + r.Version
+		client, known := MooncakeLine(r.Client.Version)
+		switch {
+		case r.Client.Version == "" || !known:
+			unknown = append(unknown, name)
+		case client == line:
+			fit = append(fit, name)
+		default:
+			off = append(off, fmt.Sprintf("%s (Mooncake %s)", name, r.Client.Version))
+		}
+	}
+	return line, fit, off, unknown
+}
+
+// MatrixMarkdown is the support matrix as docs/engines.md shows it, from the table t, and which
+// releases fit storeImage, the default store.
+func MatrixMarkdown(t ReleaseTable, storeImage string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s from each release's own code on PyPI (`engines/releases.json`; `hack/engines.sh` adds a release).\n\n", t.Measured)
 	b.WriteString("| engine | release | injection | proven by | Mooncake reader | `--kv-cache-dtype` | flags injection writes and refuses | bundled Mooncake client |\n")
@@ -413,6 +440,18 @@ func MatrixMarkdown(t ReleaseTable) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | `%s` | %d (%s): %s | %s | %s (%s) |\n",
 			e.Name, rel, support, proven, r.Reader, len(r.Dtypes), checked, strings.Join(r.Dtypes, " "),
 			strings.Join(flags, ", "), client, r.Client.Source)
+	}
+	if line, fit, off, unknown := StoreFit(t, storeImage); line != "" {
+		fmt.Fprintf(&b, "\nWhich releases fit the default store image, `%s` (Mooncake %s; the Setting `kv-cache-backend-image`), by the client each bundles:\n\n", storeImage, line)
+		none := func(l []string) string {
+			if len(l) == 0 {
+				return "none"
+			}
+			return strings.Join(l, ", ")
+		}
+		fmt.Fprintf(&b, "- on its line: %s;\n", none(fit))
+		fmt.Fprintf(&b, "- on another line (admission warns of the skew, and every write would fail with RPC_FAIL (-900): give their backend a store image of their line, spec.image): %s;\n", none(off))
+		fmt.Fprintf(&b, "- not known (admission warns; `pip show mooncake-transfer-engine` in the image says): %s.\n", none(unknown))
 	}
 	return b.String()
 }

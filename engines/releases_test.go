@@ -1,6 +1,7 @@
 package engines
 
 import (
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"os"
 	"strings"
 	"testing"
@@ -30,7 +31,7 @@ func TestGeneratedTableAndMatrixFollowReleasesJSON(t *testing.T) {
 	require.NoError(t, err)
 	i, j := strings.Index(string(page), MatrixBegin), strings.Index(string(page), MatrixEnd)
 	require.True(t, i >= 0 && j > i, "docs/engines.md has no generated matrix block")
-	assert.Equal(t, MatrixMarkdown(tbl), string(page)[i+len(MatrixBegin):j], "docs/engines.md's matrix is stale: run `go generate ./engines/`")
+	assert.Equal(t, MatrixMarkdown(tbl, kvv1.DefaultKVCacheBackendImage), string(page)[i+len(MatrixBegin):j], "docs/engines.md's matrix is stale: run `go generate ./engines/`")
 }
 
 func TestParseReleaseTableNamesTheFieldAndTheFix(t *testing.T) {
@@ -259,4 +260,20 @@ func TestPreReleases(t *testing.T) {
 	for _, order := range [][2]string{{"0.29.0.dev1", "0.29.0a1"}, {"0.29.0a1", "0.29.0b1"}, {"0.29.0b1", "0.29.0rc1"}, {"0.29.0rc1.dev3", "0.29.0rc1"}, {"0.29.0rc1", "0.29.0"}, {"0.29.0", "0.29.0.post1"}, {"0.29.0rc9", "0.29.1rc1"}} {
 		assert.Negative(t, CompareVersions(order[0], order[1]), "%s < %s", order[0], order[1])
 	}
+}
+
+// Which supported releases fit a store image follows the clients the table records: the default
+// store fits the pinned vLLM; a store of SGLang's pin's line fits that pin instead.
+func TestStoreFit(t *testing.T) {
+	tbl := readTable(t)
+	line, fit, off, _ := StoreFit(tbl, kvv1.DefaultKVCacheBackendImage)
+	assert.Equal(t, "0.3.13", line)
+	assert.Contains(t, fit, "vLLM 0.29.0")
+	assert.Contains(t, off, "SGLang 0.5.18 (Mooncake 0.3.12.post1)")
+	line, fit, off, _ = StoreFit(tbl, "registry.local/mooncake:0.3.12.post1")
+	assert.Equal(t, "0.3.12", line)
+	assert.Contains(t, fit, "SGLang 0.5.18")
+	assert.Contains(t, off, "vLLM 0.29.0 (Mooncake 0.3.13.post1)")
+	line, _, _, _ = StoreFit(tbl, "registry.local/mooncake:latest")
+	assert.Empty(t, line, "a tag that names no Mooncake release says nothing")
 }

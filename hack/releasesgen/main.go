@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	kvv1 "github.com/kvcache-operator/kvcache/api/v1"
 	"github.com/kvcache-operator/kvcache/engines"
 )
 
@@ -48,7 +49,7 @@ func run(dir string) error {
 	if err != nil {
 		return err
 	}
-	out, err := ReplaceMatrix(string(text), engines.MatrixMarkdown(t))
+	out, err := ReplaceMatrix(string(text), engines.MatrixMarkdown(t, kvv1.DefaultKVCacheBackendImage))
 	if err != nil {
 		return fmt.Errorf("%s: %w", page, err)
 	}
