@@ -189,6 +189,8 @@ start() {
   mkdir -p "$STATE/run" "$STATE/logs"
   # setsid execs in place (a background job is never a group leader), so $! is the program.
   # fd 8 is the up/down lock: a daemon holding it would block every later down.
+  # How it was started, for a restart by wait_for (printf %q keeps every argument whole).
+  printf '%q ' "$name" "$bin" "$@" >"$STATE/run/$name.cmd"
   setsid "$bin" "$@" </dev/null >"$STATE/logs/$name.log" 2>&1 8>&- &
   pid=$!
   # The start time is the fork's, kept through exec; an exited child stays a zombie until this
@@ -246,6 +248,24 @@ stop() {
 }
 
 # wait_for DESCRIPTION TIMEOUT LOGNAME CMD...: poll CMD until it succeeds.
+# RESTARTABLE are the control-plane programs that keep no state of their own: one that exits
+# while up waits on it is started again, at most RESTARTS_MAX times per up, instead of failing
+# the whole up (a newcomer's first command must not fail at random; see wait_for).
+RESTARTABLE=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy coredns netpol)
+RESTARTS_MAX=2
+declare -A RESTARTED=()
+
+# restart NAME: start NAME again as it was started, when it may be and its budget allows.
+restart() {
+  local name=$1 n=${RESTARTED[$1]:-0} cmd
+  [[ " ${RESTARTABLE[*]} " == *" $name "* ]] && [ "$n" -lt "$RESTARTS_MAX" ] && [ -f "$STATE/run/$name.cmd" ] || return 1
+  RESTARTED[$name]=$((n + 1))
+  cmd=$(cat "$STATE/run/$name.cmd")
+  log "starting $name again (restart $((n + 1)) of at most $RESTARTS_MAX in this up; its log before: $STATE/logs/$name.log.prev)"
+  keep_log "$name"
+  eval "start $cmd"
+}
+
 wait_for() {
   local what=$1 timeout=$2 logname=$3 deadline; shift 3
   deadline=$(($(date +%s) + timeout))
@@ -254,6 +274,10 @@ wait_for() {
       how_ended "$logname"
       log "$logname exited$ENDED while waiting for $what; last lines of $STATE/logs/$logname.log:"
       tail -n 20 "$STATE/logs/$logname.log" >&2 || true
+      if restart "$logname"; then
+        deadline=$(($(date +%s) + timeout))
+        continue
+      fi
       # What it depends on may have gone first (a kubelet whose containerd stopped).
       local n
       for n in $(all_names); do

@@ -197,3 +197,39 @@ func TestStopNeverSignalsAProcessThatTookOverARecordedPID(t *testing.T) {
 	record(t, dir, "containerd-0", pid, strconv.FormatUint(start, 10), bin)
 	require.True(t, stopEnds(t, dir, "containerd-0", cmd), "stop containerd-0 left its own process running")
 }
+
+// A stateless control-plane program that exits while up waits on it is started again, as it was
+// started, at most twice per up; any other program's exit still fails the wait at once.
+func TestWaitForStartsAStatelessProgramAgain(t *testing.T) {
+	bin := self(t)
+	const killAndWait = `start "$NAME" "$BIN" --flag "two words"
+for i in $(seq "$KILLS"); do
+  read -r pid _ <"$(pidfile "$NAME")"; kill -9 "$pid"
+  while alive "$NAME"; do sleep 0.05; done
+  wait_for "the test" 10 "$NAME" alive "$NAME" || { echo "the wait failed after exit $i, restarts=${RESTARTED[$NAME]:-0}"; exit 5; }
+done
+read -r pid _ <"$(pidfile "$NAME")"; echo "runs: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
+echo "restarts=${RESTARTED[$NAME]:-0}"; kill -9 "$pid"`
+	run := func(name string, kills int) (string, error) {
+		t.Helper()
+		t.Setenv("NAME", name)
+		t.Setenv("BIN", bin)
+		t.Setenv("KILLS", strconv.Itoa(kills))
+		return script(t, t.TempDir(), "eval", killAndWait)
+	}
+
+	out, err := run("kube-controller-manager", 1)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "kube-controller-manager exited (pid ", "the exit is said")
+	require.Contains(t, out, "starting kube-controller-manager again (restart 1 of at most 2 in this up")
+	require.Contains(t, out, "runs: "+bin+" --flag two words \n", "started again with its own arguments")
+	require.Contains(t, out, "restarts=1")
+
+	out, err = run("coredns", 3)
+	require.Error(t, err, out)
+	require.Contains(t, out, "the wait failed after exit 3, restarts=2", "two restarts per up, no more")
+
+	out, err = run("etcd", 1)
+	require.Error(t, err, out)
+	require.Contains(t, out, "the wait failed after exit 1, restarts=0", "a program that keeps state is not started again")
+}
