@@ -63,6 +63,8 @@ func Offline(ctx context.Context, a rules.Apply, pods []PodInput, inj *injection
 				r.fail("injection", p.Object, sentence(w), "")
 			} else if w := injection.LeftAlone(p.Pod); w != "" {
 				r.fail("injection", p.Object, sentence(w), "")
+			} else if w := injection.Unlabelled(p.Pod); w != "" {
+				r.warn("injection", p.Object, sentence(w), "")
 			}
 			continue
 		}

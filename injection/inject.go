@@ -80,6 +80,28 @@ func LeftAlone(pod *corev1.Pod) string {
 	return ""
 }
 
+// Unlabelled says that a Pod carries the annotations that name a Binding or an engine and no
+// inject label at all: the webhook leaves it alone. Dropping the label is a documented opt-out
+// (and leaves the annotations behind), so this is a warning, never a refusal or a failure: it
+// says what to write for either meaning, and the label "false" makes the opt-out explicit. ""
+// for every other Pod.
+func Unlabelled(pod *corev1.Pod) string {
+	if _, labelled := pod.Labels[vocab.LabelInject]; labelled || pod.Annotations[vocab.LabelInject] != "" {
+		return ""
+	}
+	var keys []string
+	for _, k := range []string{vocab.AnnotationBinding, vocab.AnnotationEngine} {
+		if _, ok := pod.Annotations[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the Pod carries %s but no label %s, so the webhook leaves it alone and its engine gets no cache: to opt in, add the label %s: \"true\"; if it opted out by dropping the label, set it to \"false\" to say so (or remove the annotations)",
+		strings.Join(keys, " and "), vocab.LabelInject, vocab.LabelInject)
+}
+
 // Misplaced says why a workload (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob)
 // whose own metadata carries the opt-in label or an annotation of the contract is never
 // injected when its Pod template opts in to nothing: the webhook sees the Pods the workload

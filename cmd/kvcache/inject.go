@@ -193,6 +193,9 @@ func injectDocument(ctx context.Context, inj *injection.Injector, lookup objects
 		if w := injection.LeftAlone(h.pod); w != "" {
 			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, false, nil
 		}
+		if w := injection.Unlabelled(h.pod); w != "" {
+			return keep, "", []string{fmt.Sprintf("%s/%s: %s", h.gvk.Kind, h.name, w)}, false, nil
+		}
 		return keep, "", nil, false, nil
 	}
 	pod, ns, name, gvk, j := h.pod, h.namespace, h.name, h.gvk, h.json
