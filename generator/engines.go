@@ -33,6 +33,8 @@ type fragmentValues struct {
 	Mode            string
 	KVRole          string
 	LocalBufferSize int64
+	// ConnectTimeoutMS bounds the client's dial of the master (values: store.clientConnectTimeoutMS).
+	ConnectTimeoutMS int64
 	// EnvOverridesFile: the engine reads variables over the projected file (vLLM-Ascend's
 	// MOONCAKE_MASTER and MOONCAKE_GLOBAL_SEGMENT_SIZE), so the fragment writes them as well.
 	EnvOverridesFile bool
@@ -58,6 +60,7 @@ func (r *Renderer) RenderFragment(in FragmentInput) (*engines.Fragment, error) {
 		Mode:             in.Engine.ClientMode,
 		KVRole:           in.Engine.KVRole(in.Role),
 		LocalBufferSize:  in.Engine.StagingBuffer,
+		ConnectTimeoutMS: r.defaults.Store.ClientConnectTimeoutMS,
 		EnvOverridesFile: len(in.Engine.OverrideEnv) > 0,
 	}
 	if f, ok := r.fragments.get(v); ok {

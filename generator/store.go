@@ -3,6 +3,7 @@ package generator
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -415,6 +416,11 @@ func memberValuesFor(b *kvv1.KVCacheBackend, i int, g kvv1.MemberGroup, e member
 		// under the old name those would read back the new member's memory.
 		mv.Command = []string{vocab.LauncherDir + "/kvcache", vocab.MemberRunCommand, "--"}
 		mv.Args = append([]string{vocab.MemberCommand}, mv.Args...)
+	}
+	// A member dials the master too: after a failover, bounded as an engine's dial is, unless
+	// the group's extraEnv sets its own bound.
+	if !slices.ContainsFunc(g.ExtraEnv, func(e corev1.EnvVar) bool { return e.Name == vocab.RPCConnectTimeoutEnv }) {
+		mv.Env = append(mv.Env, corev1.EnvVar{Name: vocab.RPCConnectTimeoutEnv, Value: strconv.FormatInt(d.Store.ClientConnectTimeoutMS, 10)})
 	}
 	mv.Env = append(mv.Env, g.ExtraEnv...)
 

@@ -166,6 +166,12 @@ func writtenDiffs(got, want *corev1.Pod, container string, e engines.Engine, fra
 		injected[v.Name] = true
 		gv, gn := envEntry(gc.Env, v.Name)
 		wv, wn := envEntry(wc.Env, v.Name)
+		if gn == 0 && slices.ContainsFunc(frag.DefaultEnv, func(d corev1.EnvVar) bool { return d.Name == v.Name }) {
+			// A default is written only where the container has none, and a Pod runs as well
+			// without it: a Pod injected before a default was added (a manifest kvcache inject
+			// wrote, a running Pod) is neither stale nor drifted for lacking it.
+			continue
+		}
 		if gn != wn || !equality.Semantic.DeepEqual(gv, wv) {
 			diffs = append(diffs, fmt.Sprintf("env %s is %s, and injection writes %s", v.Name, envValue(gv, gn), envValue(wv, wn)))
 		}

@@ -26,10 +26,13 @@ type Store struct {
 	TenantQuotaDir     string `json:"tenantQuotaDir"`
 	TenantQuotaFile    string `json:"tenantQuotaFile"`
 	// MemberLocalBufferSize is a member's staging buffer when its group sets none.
-	MemberLocalBufferSize int64  `json:"memberLocalBufferSize"`
-	RDMASharedResource    string `json:"rdmaSharedResource"`
-	RDMAResource          string `json:"rdmaResource"`
-	EFAResource           string `json:"efaResource"`
+	MemberLocalBufferSize int64 `json:"memberLocalBufferSize"`
+	// ClientConnectTimeoutMS bounds every store client's dial of the master, engines' and
+	// members' alike (MC_RPC_CONNECT_TIMEOUT_MS).
+	ClientConnectTimeoutMS int64  `json:"clientConnectTimeoutMS"`
+	RDMASharedResource     string `json:"rdmaSharedResource"`
+	RDMAResource           string `json:"rdmaResource"`
+	EFAResource            string `json:"efaResource"`
 }
 
 // ModelDeployment holds a managed deployment's per-engine values, by engine id.

@@ -105,6 +105,9 @@ const (
 	// MetricEnv and BandwidthMetricEnv are observability toggles, set only when absent.
 	MetricEnv          = "MC_TE_METRIC"
 	BandwidthMetricEnv = "MC_STORE_CLIENT_METRIC_BANDWIDTH"
+	// RPCConnectTimeoutEnv bounds a client's dial of the master (milliseconds; the client's own
+	// default is 30 s per attempt): set only when absent.
+	RPCConnectTimeoutEnv = "MC_RPC_CONNECT_TIMEOUT_MS"
 
 	// MetadataServer is the transfer engine's metadata mode everywhere: peers exchange segment
 	// descriptors by handshake, so no metadata service runs.
@@ -155,6 +158,7 @@ type Names struct {
 	MasterEnv, MetadataServerEnv, ProtocolEnv, DeviceEnv       string
 	GlobalSegmentSizeEnv, LocalBufferSizeEnv, LocalHostnameEnv string
 	TenantEnv, ConfigPathEnv, MetricEnv, BandwidthMetricEnv    string
+	RPCConnectTimeoutEnv                                       string
 	MetadataServer                                             string
 	ConfigVolume, ConfigMountPath, ConfigFile, ConfigPath      string
 	MasterCommand, MemberCommand                               string
@@ -172,8 +176,9 @@ func TemplateNames() Names {
 		MasterEnv: MasterEnv, MetadataServerEnv: MetadataServerEnv, ProtocolEnv: ProtocolEnv, DeviceEnv: DeviceEnv,
 		GlobalSegmentSizeEnv: GlobalSegmentSizeEnv, LocalBufferSizeEnv: LocalBufferSizeEnv, LocalHostnameEnv: LocalHostnameEnv,
 		TenantEnv: TenantEnv, ConfigPathEnv: ConfigPathEnv, MetricEnv: MetricEnv, BandwidthMetricEnv: BandwidthMetricEnv,
-		MetadataServer: MetadataServer,
-		ConfigVolume:   ConfigVolume, ConfigMountPath: ConfigMountPath, ConfigFile: ConfigFile, ConfigPath: ConfigPath,
+		RPCConnectTimeoutEnv: RPCConnectTimeoutEnv,
+		MetadataServer:       MetadataServer,
+		ConfigVolume:         ConfigVolume, ConfigMountPath: ConfigMountPath, ConfigFile: ConfigFile, ConfigPath: ConfigPath,
 		MasterCommand: MasterCommand, MemberCommand: MemberCommand,
 		LauncherDir: LauncherDir, LauncherPodNameEnv: LauncherPodNameEnv, LauncherPodNamespaceEnv: LauncherPodNamespaceEnv,
 	}
