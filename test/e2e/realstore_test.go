@@ -83,6 +83,7 @@ var renderedMemberEnv = []corev1.EnvVar{
 	{Name: "MC_TE_METRIC", Value: "1"},
 	{Name: "KVCACHE_MASTER_ADMIN", Value: "mooncake-dram-leader.gpustack-system.svc:9003"},
 	{Name: "KVCACHE_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}},
+	{Name: "MC_RPC_CONNECT_TIMEOUT_MS", Value: "1000"},
 }
 
 // The seed ledger file the ConfigMap carries once the Binding exists.
