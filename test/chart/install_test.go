@@ -468,7 +468,7 @@ var unusedButNeeded = map[string]string{
 	"events.k8s.io/events patch":                            "the event recorder patches a repeated event's series instead of creating another",
 	"worker.gpustack.ai/modeldeployments/finalizers update": "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
 	"worker.gpustack.ai/kvcachebackends/finalizers update":  "OwnerReferencesPermissionEnforcement (enabled on some clusters) checks it when children carry blockOwnerDeletion",
-	"apps/deployments get":                                  deferred + "; and a ModelDeployment role's Deployment the cache does not hold, read live before its first apply",
+	"apps/deployments get":                                  deferred,
 	"apps/daemonsets get":                                   deferred,
 	"apps/replicasets get":                                  handover,
 	"apps/replicasets patch":                                handover,

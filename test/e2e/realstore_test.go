@@ -244,6 +244,7 @@ func TestRealStoreEndToEnd(t *testing.T) {
 		"MC_TE_METRIC=1",
 		"KVCACHE_MASTER_ADMIN=mooncake-dram-leader.gpustack-system.svc:9003", // read by the preStop drain only
 		"KVCACHE_POD_IP=127.0.0.1",                                           // status.podIP
+		"MC_RPC_CONNECT_TIMEOUT_MS=1000",                                     // the member's dial of the master, bounded
 		"MC_STORE_CLIENT_SETUP_RETRIES=2",
 	}, memberEnv)
 	memberArgs := []string{"--port=" + strconv.Itoa(restPort)} // rendered --port=8080, on a free port
