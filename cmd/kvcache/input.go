@@ -244,7 +244,8 @@ func (d document) decodeStrict(j []byte, obj any) error {
 		for i, f := range found {
 			msgs[i] = f.msg
 		}
-		return fmt.Errorf("%s", strings.Join(msgs, "\n"))
+		// One error line each: the first is tagged where the message is printed.
+		return fmt.Errorf("%s", strings.Join(msgs, "\nerror: "))
 	}
 	return nil
 }

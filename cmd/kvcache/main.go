@@ -113,17 +113,15 @@ func newVersionCommand() *cobra.Command {
 }
 
 // lineTags start the lines that say what happened to one object (a refusal, an invalid object,
-// a warning, a note on them); every other error is said as "error: ...", as kubectl says it.
-var lineTags = []string{"refused: ", "invalid: ", "warning: ", "note: "}
+// a warning, a note on them, an error); a message that starts with none is an error, said as
+// "error: ..." as kubectl says it. The lines after its first continue it, as written.
+var lineTags = []string{"refused: ", "invalid: ", "warning: ", "note: ", "error: "}
 
 func tagged(msg string) string {
-	lines := strings.Split(msg, "\n")
-	for i, l := range lines {
-		if !slices.ContainsFunc(lineTags, func(t string) bool { return strings.HasPrefix(l, t) }) {
-			lines[i] = "error: " + l
-		}
+	if slices.ContainsFunc(lineTags, func(t string) bool { return strings.HasPrefix(msg, t) }) {
+		return msg
 	}
-	return strings.Join(lines, "\n")
+	return "error: " + msg
 }
 
 // run executes the CLI and returns the process exit code.
