@@ -137,7 +137,7 @@ proc_start() {
 # node-off SIGTERMed and SIGKILLed the other node's kubelet (hour soak, twice). A zombie has no
 # exe: ended, for our purposes.
 execs() {
-  local exe key tgid
+  local exe key tgid=""
   [ -n "$1" ] && [ -d "/proc/$1" ] || return 1
   while read -r key tgid _; do [ "$key" != Tgid: ] || break; done 2>/dev/null <"/proc/$1/status" || return 1
   [ "$tgid" = "$1" ] || return 1
