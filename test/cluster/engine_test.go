@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -219,6 +220,16 @@ func (w *walk) realEngineAfterFailover(t *testing.T) {
 // handover), so that the member rollout has it to keep.
 func (w *walk) realEngineBeforeRollout(t *testing.T) {
 	ask(t, w.engine, walkSeed, "before the member rollout (the handover before it was cold)")
+	// Admission confirms a Pod's tenant in its pool's ledger: the pool read the ledger during
+	// the handover, when no master answered, and says so until it reads it again.
+	eventually(t, time.Minute, 250*time.Millisecond, "the pool reads its ledger again after the handover", func() (bool, string) {
+		p := &kvv1.KVCachePool{}
+		if err := env.kube.Get(context.Background(), client.ObjectKey{Name: poolName}, p); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, kvv1.ConditionQuotaLedgerAvailable)
+		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
+	})
 	w.fresh = startRealEngines(t, realEngineSpec{ns: bindingNS, name: "vllm-fresh", binding: bindingName, node: "node-1"})[0]
 }
 
