@@ -132,7 +132,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Only a Binding's spec and lifetime change the render (the ledger seed, the namespaces
 		// the NetworkPolicy admits).
 		Watches(&kvv1.KVCachePoolBinding{}, handler.EnqueueRequestsFromMapFunc(r.byBindingPool), builder.WithPredicates(operator.IgnoreStatusUpdates())).
-		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(r.allBackends)).
+		Watches(&kvv1.Setting{}, handler.EnqueueRequestsFromMapFunc(operator.AllBackends(r.Client))).
 		Complete(r)
 }
 
@@ -177,18 +177,6 @@ func (r *Reconciler) byBindingPool(ctx context.Context, o client.Object) []recon
 		return nil
 	}
 	return byPoolBackend(ctx, p)
-}
-
-func (r *Reconciler) allBackends(ctx context.Context, _ client.Object) []reconcile.Request {
-	list := &kvv1.KVCacheBackendList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for _, b := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
-	}
-	return out
 }
 
 // Reconcile brings one backend's store to its spec and reports what the store says.

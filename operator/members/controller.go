@@ -76,7 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("storemembers").
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.byMember)).
 		Watches(&appsv1.DaemonSet{}, handler.EnqueueRequestsFromMapFunc(r.byMember)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allBackends), builder.WithPredicates(cordonChanged())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(operator.AllBackends(r.Client)), builder.WithPredicates(cordonChanged())).
 		Complete(r)
 }
 
@@ -87,18 +87,6 @@ func (r *Reconciler) byMember(_ context.Context, o client.Object) []reconcile.Re
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: l[vocab.LabelInstance]}}}
-}
-
-func (r *Reconciler) allBackends(ctx context.Context, _ client.Object) []reconcile.Request {
-	list := &kvv1.KVCacheBackendList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for _, b := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
-	}
-	return out
 }
 
 // cordonChanged passes a Node whose schedulability changed (kubectl cordon, uncordon, drain), and
